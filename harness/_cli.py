@@ -1,0 +1,135 @@
+"""`loop-harness`: the command line, a thin shell over the library.
+
+    loop-harness run CONFIG.yaml [--json] [--task ID | --prompt TEXT] [--transcript PATH]
+    loop-harness bench kernel [--tasks N]
+
+Exit status of `run`: 0 when the run ends `Idle` or `Completed`, 1 for any
+other terminal, 2 for a config that cannot be used (the message names the key).
+With `--json` the last line of stdout is one JSON object describing the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._config import load_config
+from ._exceptions import ConfigError
+from ._kernel import Kernel, RunResult
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "bench":
+        from ._bench import bench_kernel
+
+        return bench_kernel(tasks=args.tasks, as_json=args.json)
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loop-harness", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command")
+
+    run = commands.add_parser("run", help="drain the configured queue once and exit")
+    run.add_argument("config", type=Path, help="the run config (YAML)")
+    run.add_argument("--json", action="store_true", help="print the run as one JSON object on the last line")
+    target = run.add_mutually_exclusive_group()
+    target.add_argument("--task", metavar="ID", help="run only this task (ends Completed when it completes)")
+    target.add_argument("--prompt", metavar="TEXT", help="run one prompt with no queue (ends EndTurn)")
+    run.add_argument("--transcript", type=Path, metavar="PATH", help="write the JSONL transcript here")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+    bench = commands.add_parser("bench", help="measure the kernel against a bare SDK client")
+    bench.add_argument("what", choices=["kernel"], help="what to measure")
+    bench.add_argument("--tasks", type=int, default=300, help="tasks per side (default 300)")
+    bench.add_argument("--json", action="store_true", help="print the figures as JSON")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"loop-harness: config error in {args.config}: {exc}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"error": {"kind": "config", "key": exc.key, "message": str(exc)}}))
+        return 2
+    observer = None if args.quiet else _progress
+    kernel = Kernel(
+        config,
+        transcript_path=args.transcript,
+        observer=observer,
+        interactive_handler=_ask_on_terminal if sys.stdin.isatty() else None,
+    )
+    result = asyncio.run(_run_with_signals(kernel, task_id=args.task, prompt=args.prompt))
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        _print_summary(result)
+    return result.exit_code
+
+
+async def _run_with_signals(kernel: Kernel, *, task_id: str | None, prompt: str | None) -> RunResult:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, kernel.cancel)
+    try:
+        return await kernel.run(task_id=task_id, prompt=prompt)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _progress(record: dict[str, Any]) -> None:
+    kind = record["type"]
+    if kind == "task_start" and record["task"]["id"]:
+        print(f"→ {record['task']['id']}: {record['task']['title']}", file=sys.stderr)
+    elif kind == "task_end":
+        rules = ", ".join(record["rule_ids"]) or "none"
+        print(
+            f"  {record['id']} {record['terminal']} after {record['iterations']} turn(s); rules used: {rules}",
+            file=sys.stderr,
+        )
+    elif kind == "host_retry":
+        print(
+            f"  host {record['op']}: {record['cause']}, retry {record['retry']} in {record['delay_s']}s",
+            file=sys.stderr,
+        )
+    elif kind == "policy" and record["decision"] == "refuse":
+        print(f"  refused {record['source']}: {record['reason']}", file=sys.stderr)
+
+
+def _print_summary(result: RunResult) -> None:
+    print(f"terminal: {result.terminal.value}  reason: {json.dumps(result.reason)}")
+    for task in result.tasks:
+        print(f"  {task.id:<12} {task.terminal.value:<22} turns={task.iterations:<3} rules={','.join(task.rule_ids)}")
+    print(f"transcript: {result.transcript}")
+
+
+async def _ask_on_terminal(params: dict[str, Any]) -> dict[str, Any]:
+    """The interactive path (an empty rule list): ask the person at the terminal."""
+    call = params["toolCall"]
+    options = params["options"]
+    lines = [f"\nThe agent asks: {call.get('title', call.get('toolCallId'))} ({call.get('kind', 'other')})"]
+    lines += [f"  [{i}] {o['name']} ({o['kind']})" for i, o in enumerate(options, start=1)]
+    lines.append("choose a number (anything else cancels): ")
+    answer = await asyncio.to_thread(input, "\n".join(lines))
+    if answer.strip().isdigit() and 1 <= int(answer) <= len(options):
+        return {"outcome": "selected", "optionId": options[int(answer) - 1]["optionId"]}
+    return {"outcome": "cancelled"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

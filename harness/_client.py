@@ -1,0 +1,372 @@
+"""The kernel's side of ACP: every request the agent makes passes the policy here.
+
+`KernelClient` answers `session/request_permission` from the policy (or hands
+it, untouched, to an interactive handler when the rule list is empty), and
+serves `fs/*` and `terminal/*` under the same policy, so a cooperating agent
+cannot reach a file or command its permission request could not. Each
+decision is recorded in the transcript with its rule ids, and a refusal is
+remembered on the turn: the kernel ends the run `BlockedPolicy` after it.
+
+`session_update` never awaits, so updates are counted in wire order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acp import RequestError
+from acp.schema import (
+    AllowedOutcome,
+    CreateTerminalResponse,
+    DeniedOutcome,
+    EnvVariable,
+    KillTerminalResponse,
+    PermissionOption,
+    ReadTextFileResponse,
+    ReleaseTerminalResponse,
+    RequestPermissionResponse,
+    TerminalExitStatus,
+    TerminalOutputResponse,
+    ToolCallStart,
+    ToolCallUpdate,
+    UsageUpdate,
+    WaitForTerminalExitResponse,
+    WriteTextFileResponse,
+)
+
+from ._exec import ExecHost, TerminalGone
+from ._policy import Policy, Verdict
+from ._transcript import Transcript
+
+__all__ = ["POLICY_REFUSED", "InteractiveHandler", "KernelClient", "TurnState"]
+
+#: JSON-RPC error code the kernel answers a refused `fs/*` or `terminal/*` request with.
+POLICY_REFUSED = -32010
+
+#: Given the raw `session/request_permission` params; returns the raw `outcome` object.
+InteractiveHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]] | dict[str, Any]]
+
+# Variables that change what an allowed command actually runs.
+_UNSAFE_ENV = re.compile(r"^(LD_|DYLD_|GIT_|PYTHON|PERL5|RUBY|NODE_OPTIONS$|BASH_ENV$|ENV$|PATH$|IFS$)")
+
+
+@dataclass
+class TurnState:
+    """What happened during one prompt turn."""
+
+    tool_calls: int = 0  # tool_call updates (think excluded)
+    client_calls: int = 0  # fs/* and terminal/create requests
+    refusals: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+
+    @property
+    def acted(self) -> bool:
+        return self.tool_calls + self.client_calls > 0
+
+
+class KernelClient:
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        transcript: Transcript,
+        exec_host: ExecHost,
+        interactive_handler: InteractiveHandler | None = None,
+    ) -> None:
+        self.policy = policy
+        self.transcript = transcript
+        self.exec_host = exec_host
+        self.interactive_handler = interactive_handler
+        self.turn = TurnState()
+        self.rule_ids: list[str] = []  # rule ids used in the current task, first use first
+        self.cancelling = False
+        self._parked: set[asyncio.Future[dict[str, Any]]] = set()
+
+    def on_connect(self, conn: Any) -> None:
+        return None
+
+    def begin_task(self) -> None:
+        self.rule_ids = []
+
+    def begin_turn(self) -> TurnState:
+        self.turn = TurnState()
+        self.cancelling = False
+        return self.turn
+
+    def cancel_pending(self) -> int:
+        """Answer every parked permission request `cancelled` (the spec's rule on cancel)."""
+        self.cancelling = True
+        parked = [f for f in self._parked if not f.done()]
+        for future in parked:
+            future.set_result({"outcome": "cancelled"})
+        return len(parked)
+
+    # --- session/update -----------------------------------------------------------------------
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if isinstance(update, ToolCallStart) and update.kind != "think":
+            self.turn.tool_calls += 1
+        elif isinstance(update, UsageUpdate):
+            self.turn.usage = {"used": update.used, "size": update.size}
+
+    # --- session/request_permission ------------------------------------------------------------
+
+    async def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any
+    ) -> RequestPermissionResponse:
+        raw_call = tool_call.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if self.cancelling:
+            self._record("session/request_permission", raw_call, None, outcome="cancelled")
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if self.policy.interactive:
+            return await self._ask_interactive(session_id, raw_call, options, kwargs)
+        verdict = self.policy.judge_tool_call(raw_call)
+        if verdict.allowed:
+            option = _pick(options, ("allow_once",))
+            if option is None:  # never allow_always: an agent may persist it as its own rule
+                verdict = Verdict(False, verdict.rule_ids, {"kind": "no_allow_once_option"})
+        if not verdict.allowed:
+            self._refused("session/request_permission", verdict, raw_call)
+            option = _pick(options, ("reject_once", "reject_always"))
+            if option is None:
+                return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+            return _selected(option)
+        self._record("session/request_permission", raw_call, verdict, outcome=option.option_id)
+        return _selected(option)
+
+    async def _ask_interactive(
+        self, session_id: str, raw_call: dict[str, Any], options: list[PermissionOption], meta: dict[str, Any]
+    ) -> RequestPermissionResponse:
+        params: dict[str, Any] = {
+            "sessionId": session_id,
+            "toolCall": raw_call,
+            "options": [o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in options],
+        }
+        if meta:
+            params["_meta"] = meta
+        if self.interactive_handler is None:
+            outcome: dict[str, Any] = {"outcome": "cancelled"}
+        else:
+            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            self._parked.add(future)
+            answer = asyncio.ensure_future(_maybe_await(self.interactive_handler(params)))
+            answer.add_done_callback(lambda t: _settle(future, t))
+            try:
+                outcome = await future
+            finally:
+                self._parked.discard(future)
+                if not answer.done():
+                    answer.cancel()
+        self.transcript.record(
+            "policy",
+            source="session/request_permission",
+            decision="interactive",
+            rule_ids=[],
+            outcome=outcome,
+            tool_call_id=raw_call.get("toolCallId"),
+        )
+        return RequestPermissionResponse.model_validate({"outcome": outcome})
+
+    # --- fs/* --------------------------------------------------------------------------------
+
+    async def read_text_file(
+        self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
+    ) -> ReadTextFileResponse:
+        self.turn.client_calls += 1
+        verdict = self._enforce("fs/read_text_file", self.policy.judge_read(path), {"path": path})
+        real = self._real_path(path)
+        try:
+            text = real.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            raise RequestError.resource_not_found(path) from None
+        except OSError as exc:
+            raise RequestError.internal_error({"path": path, "error": exc.strerror}) from None
+        if line is not None or limit is not None:
+            lines = text.splitlines(keepends=True)
+            start = max((line or 1) - 1, 0)
+            text = "".join(lines[start : start + limit if limit is not None else None])
+        self._record("fs/read_text_file", {"path": path}, verdict)
+        return ReadTextFileResponse(content=text)
+
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> WriteTextFileResponse | None:
+        self.turn.client_calls += 1
+        verdict = self._enforce("fs/write_text_file", self.policy.judge_write(path), {"path": path})
+        real = self._real_path(path)  # the resolved path: a symlink cannot redirect the write
+        try:
+            real.parent.mkdir(parents=True, exist_ok=True)
+            real.write_text(content, encoding="utf-8")
+        except OSError as exc:
+            raise RequestError.internal_error({"path": path, "error": exc.strerror}) from None
+        self._record("fs/write_text_file", {"path": path, "bytes": len(content)}, verdict)
+        return WriteTextFileResponse()
+
+    # --- terminal/* --------------------------------------------------------------------------
+
+    async def create_terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: list[str] | None = None,
+        env: list[EnvVariable] | None = None,
+        cwd: str | None = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> CreateTerminalResponse:
+        self.turn.client_calls += 1
+        target = {"command": command, "args": args or [], "cwd": cwd}
+        variables = {v.name: v.value for v in env or ()}
+        unsafe = sorted(name for name in variables if _UNSAFE_ENV.match(name))
+        verdict = (
+            Verdict(False, (), {"kind": "unsafe_env", "names": unsafe})
+            if unsafe
+            else self.policy.judge_execute(command, args or [], cwd=cwd)
+        )
+        self._enforce("terminal/create", verdict, target)
+        workdir = self._real_path(cwd) if cwd else self.policy.worktree
+        try:
+            terminal_id = await self.exec_host.create(
+                session_id,
+                [command, *(args or [])],
+                cwd=str(workdir),
+                env=variables,
+                output_byte_limit=output_byte_limit,
+            )
+        except (OSError, RuntimeError) as exc:
+            raise RequestError.internal_error({"command": command, "error": str(exc)}) from None
+        self._record("terminal/create", {**target, "terminalId": terminal_id}, verdict)
+        return CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> TerminalOutputResponse:
+        with _terminal_errors(terminal_id):
+            out = self.exec_host.output(terminal_id)
+        status = out["exitStatus"]
+        return TerminalOutputResponse(
+            output=out["output"],
+            truncated=out["truncated"],
+            exit_status=TerminalExitStatus(exit_code=status["exitCode"], signal=status["signal"]) if status else None,
+        )
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> WaitForTerminalExitResponse:
+        with _terminal_errors(terminal_id):
+            status = await self.exec_host.wait_for_exit(terminal_id)
+        return WaitForTerminalExitResponse(exit_code=status["exitCode"], signal=status["signal"])
+
+    async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> KillTerminalResponse | None:
+        with _terminal_errors(terminal_id):
+            self.exec_host.kill(terminal_id)
+        return KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> ReleaseTerminalResponse | None:
+        with _terminal_errors(terminal_id):
+            await self.exec_host.release(terminal_id)
+        return ReleaseTerminalResponse()
+
+    # --- methods we do not offer: say so, never answer null ------------------------------------
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("elicitation/create")
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        return None
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise RequestError.method_not_found(f"_{method}")
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        return None
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _real_path(self, path: str) -> Path:
+        relative = self.policy.resolve(path)
+        assert relative is not None  # the policy refused paths outside the worktree
+        return self.policy.worktree / relative
+
+    def _enforce(self, source: str, verdict: Verdict, target: Mapping[str, Any]) -> Verdict:
+        if not verdict.allowed:
+            self._refused(source, verdict, target)
+            raise RequestError(POLICY_REFUSED, "Refused by the workspace policy", dict(verdict.reason))
+        return verdict
+
+    def _refused(self, source: str, verdict: Verdict, target: Mapping[str, Any]) -> None:
+        refusal = {
+            "kind": "policy_refusal",
+            "source": source,
+            "rule_id": verdict.rule_ids[0] if verdict.rule_ids else None,
+            "refusal": dict(verdict.reason),
+            **_describe(target),
+        }
+        self.turn.refusals.append(refusal)
+        self._record(source, target, verdict, outcome="refused")
+
+    def _record(
+        self, source: str, target: Mapping[str, Any], verdict: Verdict | None, *, outcome: str | None = None
+    ) -> None:
+        if verdict is not None and verdict.allowed:
+            for rule_id in verdict.rule_ids:
+                if rule_id not in self.rule_ids:
+                    self.rule_ids.append(rule_id)
+        self.transcript.record(
+            "policy",
+            source=source,
+            decision="allow" if verdict is not None and verdict.allowed else "refuse",
+            rule_ids=list(verdict.rule_ids) if verdict else [],
+            reason=dict(verdict.reason) if verdict else {"kind": "cancelled"},
+            outcome=outcome,
+            **_describe(target),
+        )
+
+
+def _describe(target: Mapping[str, Any]) -> dict[str, Any]:
+    """The few fields that say what a request was about (not its whole payload)."""
+    keys = ("toolCallId", "title", "kind", "path", "command", "args", "cwd", "terminalId", "bytes")
+    return {k: target[k] for k in keys if k in target and target[k] is not None}
+
+
+def _pick(options: list[PermissionOption], kinds: tuple[str, ...]) -> PermissionOption | None:
+    for kind in kinds:
+        for option in options:
+            if option.kind == kind:
+                return option
+    return None
+
+
+def _selected(option: PermissionOption) -> RequestPermissionResponse:
+    return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option.option_id))
+
+
+async def _maybe_await(value: Awaitable[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
+    return await value if inspect.isawaitable(value) else value
+
+
+def _settle(future: asyncio.Future[dict[str, Any]], task: asyncio.Future[dict[str, Any]]) -> None:
+    if future.done():
+        return
+    if task.cancelled():
+        future.set_result({"outcome": "cancelled"})
+    elif task.exception() is not None:
+        future.set_exception(task.exception())  # type: ignore[arg-type]
+    else:
+        future.set_result(task.result())
+
+
+@contextlib.contextmanager
+def _terminal_errors(terminal_id: str) -> Iterator[None]:
+    """Map an unknown terminal id to invalid params instead of an internal error."""
+    try:
+        yield
+    except TerminalGone:
+        raise RequestError.invalid_params({"terminalId": terminal_id, "error": "no such terminal"}) from None

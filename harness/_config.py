@@ -1,0 +1,202 @@
+"""The run config (YAML), validated strictly: an unknown or malformed key is a
+`ConfigError` that names the key, never a silent default.
+
+Relative paths (workspace, role file, transcripts) are resolved against the
+directory of the config file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ._exceptions import ConfigError
+
+__all__ = [
+    "AgentConfig",
+    "Config",
+    "FaultConfig",
+    "LimitsConfig",
+    "PolicyConfig",
+    "QueueConfig",
+    "RoleConfig",
+    "RuleConfig",
+    "TaskConfig",
+    "load_config",
+    "parse_config",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentConfig(_Strict):
+    command: list[str] = Field(min_length=1)
+    # ACP has no capability for this; the operator declares it (seed 000: required before autonomy).
+    supports_permission_requests: bool = False
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("command")
+    @classmethod
+    def _python_is_this_interpreter(cls, command: list[str]) -> list[str]:
+        # `python` in a config means the interpreter running loop-harness, so a
+        # scripted agent works without activating the virtualenv.
+        if command[0] in ("python", "python3"):
+            return [sys.executable, *command[1:]]
+        return command
+
+
+RuleKind = Literal["read", "write", "execute", "network"]
+_TARGET_KEY = {"read": "paths", "write": "paths", "execute": "commands", "network": "hosts"}
+
+
+class RuleConfig(_Strict):
+    id: str = Field(min_length=1)
+    kind: RuleKind
+    decision: Literal["allow", "deny"]
+    paths: list[str] | None = None
+    commands: list[str] | None = None
+    hosts: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _targets_match_kind(self) -> RuleConfig:
+        wanted = _TARGET_KEY[self.kind]
+        for key in ("paths", "commands", "hosts"):
+            value = getattr(self, key)
+            if key == wanted and not value:
+                raise ValueError(f"a {self.kind} rule needs a non-empty '{key}' list")
+            if key != wanted and value is not None:
+                raise ValueError(f"a {self.kind} rule takes '{wanted}', not '{key}'")
+        return self
+
+    @property
+    def patterns(self) -> list[str]:
+        return list(getattr(self, _TARGET_KEY[self.kind]))
+
+
+class PolicyConfig(_Strict):
+    rules: list[RuleConfig] = Field(default_factory=list)
+    # Extra protected paths (globs relative to the worktree) on top of the built-in ones.
+    protected_paths: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> PolicyConfig:
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.id in seen:
+                raise ValueError(f"rule id {rule.id!r} is used twice")
+            seen.add(rule.id)
+        return self
+
+
+class TaskConfig(_Strict):
+    id: str = Field(min_length=1)
+    title: str = ""
+    body: str = ""
+    created: float | None = None  # sort key for order=created; defaults to list position
+    updated: float | None = None
+
+
+class FaultConfig(_Strict):
+    """A scripted host signal for the memory provider (tests and demos)."""
+
+    op: Literal["list_tasks", "mark_done"]
+    signal: Literal["rate_limited", "unavailable", "unauthorized", "rejected"]
+    times: int = Field(default=1, ge=1)
+    task: str | None = None  # mark_done only: which task's marking fails
+    reset_in_s: float = 0.0  # rate_limited: when the host says to retry
+    cause: str = "scripted outage"
+
+
+class QueueConfig(_Strict):
+    provider: Literal["memory"] = "memory"
+    order: Literal["created", "updated"] = "created"
+    tasks: list[TaskConfig] = Field(default_factory=list)
+    authorized: bool = True
+    faults: list[FaultConfig] = Field(default_factory=list)
+    max_wait_s: float = Field(default=300.0, ge=0)  # total waiting on rate limits and outages
+    max_retries: int = Field(default=5, ge=0)  # per host call
+    backoff_base_s: float = Field(default=1.0, gt=0)  # first outage back-off, doubled per retry
+
+    @model_validator(mode="after")
+    def _unique_task_ids(self) -> QueueConfig:
+        ids = [t.id for t in self.tasks]
+        dup = {i for i in ids if ids.count(i) > 1}
+        if dup:
+            raise ValueError(f"task ids must be unique (repeated: {sorted(dup)})")
+        return self
+
+
+class LimitsConfig(_Strict):
+    max_iterations: int = Field(default=20, ge=1)  # prompt rounds per task
+    turn_timeout_s: float = Field(default=120.0, gt=0)
+    cancel_grace_s: float = Field(default=5.0, ge=0)  # after session/cancel, before killing the agent
+    standing_answers: int = Field(default=2, ge=0)  # answers to no-tool turns before BlockedAwaitingInput
+    init_timeout_s: float = Field(default=30.0, gt=0)  # spawn + initialize + session/new
+
+
+class RoleConfig(_Strict):
+    prompt: str = ""
+    tools: list[str] = Field(default_factory=list)
+    trigger: Literal["IssueAssigned"] = "IssueAssigned"
+    termination: None = None
+
+
+class Config(_Strict):
+    workspace: Path
+    agent: AgentConfig
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    role: RoleConfig = Field(default_factory=RoleConfig)
+    transcripts: Path | None = None  # directory for run transcripts
+    # Where the config came from: its own file is a protected path.
+    source: Path | None = None
+    role_source: Path | None = None
+
+
+def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Config:
+    """Validate a config mapping; relative paths resolve against `base_dir`."""
+    if not isinstance(data, dict):
+        raise ConfigError("", f"a config must be a mapping at the top level (got {type(data).__name__})")
+    data = dict(data)
+    role_source = None
+    if isinstance(data.get("role"), str):
+        role_source = (base_dir / data["role"]).resolve()
+        data["role"] = _load_yaml(role_source, key="role")
+    for key in ("workspace", "transcripts"):
+        if isinstance(data.get(key), str):
+            data[key] = (base_dir / data[key]).resolve()
+    data["source"] = source
+    data["role_source"] = role_source
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(p) for p in error["loc"])
+        raise ConfigError(key, error["msg"]) from None
+    if not config.workspace.is_dir():
+        raise ConfigError("workspace", f"{config.workspace} is not a directory")
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a YAML config file."""
+    path = Path(path).resolve()
+    return parse_config(_load_yaml(path, key=""), base_dir=path.parent, source=path)
+
+
+def _load_yaml(path: Path, *, key: str) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(key, f"{path} is not valid YAML: {exc}") from None

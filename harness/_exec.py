@@ -1,0 +1,149 @@
+"""The client side of ACP `terminal/*`: commands the agent runs through the kernel.
+
+Each terminal is a subprocess in its own process group with a bounded output
+buffer that keeps the end (as the spec says for `outputByteLimit`). The
+policy has already judged the command before `create` is called. All of a
+session's terminals are released when its task ends, so a run never leaks
+processes or pipes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ExecHost", "TerminalGone"]
+
+DEFAULT_OUTPUT_LIMIT = 1 << 20
+
+
+class TerminalGone(KeyError):
+    """No live terminal has that id (never created, or released)."""
+
+
+@dataclass
+class _Terminal:
+    session_id: str
+    process: asyncio.subprocess.Process
+    limit: int
+    output: bytearray = field(default_factory=bytearray)
+    truncated: bool = False
+    reader: asyncio.Task[None] | None = None
+
+    async def read(self) -> None:
+        assert self.process.stdout is not None
+        while chunk := await self.process.stdout.read(64 << 10):
+            self.output += chunk
+            if len(self.output) > self.limit:
+                del self.output[: len(self.output) - self.limit]
+                self.truncated = True
+
+    def text(self) -> str:
+        # Cut at a character boundary: drop a partial UTF-8 sequence at the start.
+        return bytes(self.output).decode("utf-8", errors="ignore")
+
+    def exit_status(self) -> dict[str, Any] | None:
+        code = self.process.returncode
+        if code is None:
+            return None
+        if code < 0:
+            return {"exitCode": None, "signal": signal.Signals(-code).name}
+        return {"exitCode": code, "signal": None}
+
+
+class ExecHost:
+    def __init__(self, base_env: Mapping[str, str], *, max_terminals: int = 16) -> None:
+        self._base_env = dict(base_env)
+        self._terminals: dict[str, _Terminal] = {}
+        self._ids = itertools.count(1)
+        self._max = max_terminals
+
+    def __len__(self) -> int:
+        return len(self._terminals)
+
+    async def create(
+        self,
+        session_id: str,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str] | None = None,
+        output_byte_limit: int | None = None,
+    ) -> str:
+        live = sum(1 for t in self._terminals.values() if t.session_id == session_id)
+        if live >= self._max:
+            raise RuntimeError(f"too many open terminals in this session (limit {self._max})")
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=cwd,
+            env={**self._base_env, **(env or {})},
+            start_new_session=True,
+        )
+        terminal = _Terminal(session_id, process, output_byte_limit or DEFAULT_OUTPUT_LIMIT)
+        terminal.reader = asyncio.create_task(terminal.read(), name="terminal-output")
+        terminal_id = f"term_{next(self._ids)}"
+        self._terminals[terminal_id] = terminal
+        return terminal_id
+
+    def output(self, terminal_id: str) -> dict[str, Any]:
+        terminal = self._get(terminal_id)
+        return {"output": terminal.text(), "truncated": terminal.truncated, "exitStatus": terminal.exit_status()}
+
+    async def wait_for_exit(self, terminal_id: str) -> dict[str, Any]:
+        terminal = self._get(terminal_id)
+        await terminal.process.wait()
+        if terminal.reader is not None:
+            await terminal.reader
+        status = terminal.exit_status()
+        assert status is not None
+        return status
+
+    def kill(self, terminal_id: str) -> None:
+        _kill_group(self._get(terminal_id).process)
+
+    async def release(self, terminal_id: str) -> None:
+        terminal = self._terminals.pop(terminal_id, None)
+        if terminal is None:
+            raise TerminalGone(terminal_id)
+        await _reap(terminal)
+
+    async def release_session(self, session_id: str) -> int:
+        """Kill and forget every terminal of a session; returns how many were still open."""
+        ids = [i for i, t in self._terminals.items() if t.session_id == session_id]
+        for terminal_id in ids:
+            await _reap(self._terminals.pop(terminal_id))
+        return len(ids)
+
+    async def release_all(self) -> None:
+        for terminal_id in list(self._terminals):
+            await _reap(self._terminals.pop(terminal_id))
+
+    def _get(self, terminal_id: str) -> _Terminal:
+        try:
+            return self._terminals[terminal_id]
+        except KeyError:
+            raise TerminalGone(terminal_id) from None
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+async def _reap(terminal: _Terminal) -> None:
+    _kill_group(terminal.process)  # also ends grandchildren that outlived the command
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(terminal.process.wait(), 5.0)
+    if terminal.reader is not None:
+        terminal.reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await terminal.reader

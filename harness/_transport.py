@@ -1,0 +1,218 @@
+"""The agent subprocess and the JSON-RPC framing on its stdio.
+
+`AgentProcess` is an `acp` message transport (send / receive / close) over a
+process the kernel started itself, so the kernel owns what the SDK's
+`spawn_agent_process` gets wrong for unattended use:
+
+* stderr is drained into a bounded ring buffer (an unread pipe deadlocks
+  after ~64 KiB); its tail goes into a crashed agent's terminal reason;
+* every stdout line must be one JSON-RPC 2.0 object: anything else is a
+  framing error that ends the connection at once (the SDK would log it and
+  read on, and text without a newline would hang the next request);
+* lines of any size up to `max_line` are read (20 MB lines are legal);
+* the agent runs in its own process group, so stopping it ends grandchildren too;
+* it gets a trimmed environment plus what the config passes.
+
+Every frame in both directions is written to the transcript.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._transcript import Transcript
+
+__all__ = ["AgentProcess", "agent_environment"]
+
+_INHERITED_ENV = ("HOME", "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR")
+
+
+def agent_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment an agent gets: a few basics from ours, plus what the config says."""
+    env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+    env.update(extra or {})
+    return env
+
+
+class AgentProcess:
+    """One agent subprocess speaking newline-delimited JSON-RPC on stdio."""
+
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        transcript: Transcript,
+        *,
+        max_line: int = 64 << 20,
+        stderr_keep: int = 64 << 10,
+    ) -> None:
+        self.process = process
+        self.transcript = transcript
+        self.failure: dict[str, Any] | None = None  # set when the agent breaks framing
+        self.disconnected = asyncio.Event()  # stdout ended: EOF or framing error
+        self.stderr_bytes = 0
+        self._max_line = max_line
+        self._stderr = bytearray()
+        self._stderr_keep = stderr_keep
+        self._stderr_task = asyncio.create_task(self._drain_stderr(), name="agent-stderr")
+
+    @classmethod
+    async def spawn(
+        cls, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], transcript: Transcript
+    ) -> AgentProcess:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            limit=1 << 20,
+        )
+        transcript.record("agent_start", pid=process.pid, argv=list(argv))
+        return cls(process, transcript)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    # --- acp.Transport -------------------------------------------------------------------------
+
+    async def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        stdin = self.process.stdin
+        if stdin is None or stdin.is_closing():
+            raise ConnectionError("agent stdin is closed")
+        self.transcript.record("rpc", dir="out", msg=message)
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise ConnectionError(f"agent stdin is closed ({exc})") from None
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message, or None at EOF or after a framing error (the SDK then disconnects)."""
+        while not self.disconnected.is_set():
+            line = await self._read_line()
+            if line is None:
+                self.disconnected.set()
+                return None
+            if not line.strip():
+                continue
+            message = self._parse(line)
+            if message is None:
+                self.disconnected.set()
+                return None
+            self.transcript.record("rpc", dir="in", msg=message)
+            return message
+        return None
+
+    async def close(self) -> None:
+        stdin = self.process.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
+
+    # --- framing -------------------------------------------------------------------------------
+
+    async def _read_line(self) -> bytes | None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                chunk = await stdout.readuntil(b"\n")
+            except asyncio.LimitOverrunError as exc:
+                chunk = await stdout.readexactly(exc.consumed)
+                size += len(chunk)
+                chunks.append(chunk)
+                if size > self._max_line:
+                    self._fail(f"a line longer than {self._max_line} bytes", b"".join(chunks[:1]))
+                    return None
+                continue
+            except asyncio.IncompleteReadError as exc:
+                if not chunks and not exc.partial:
+                    return None  # clean EOF
+                chunks.append(exc.partial)  # a last frame without its newline
+                return b"".join(chunks)
+            except (ConnectionResetError, BrokenPipeError):
+                return None
+            chunks.append(chunk)
+            return b"".join(chunks)
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        try:
+            message = json.loads(line)
+        except ValueError as exc:
+            self._fail(f"stdout line is not JSON ({exc})", line)
+            return None
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            self._fail("stdout line is not a JSON-RPC 2.0 object", line)
+            return None
+        if "method" not in message and "id" not in message:
+            self._fail("JSON-RPC object has neither a method nor an id", line)
+            return None
+        return message
+
+    def _fail(self, error: str, line: bytes) -> None:
+        head = line[:200].decode("utf-8", errors="replace")
+        self.failure = {"kind": "framing_error", "error": error, "line_head": head, "line_bytes": len(line)}
+        self.transcript.record("framing_error", error=error, line_head=head, line_bytes=len(line))
+
+    # --- stderr and exit -----------------------------------------------------------------------
+
+    async def _drain_stderr(self) -> None:
+        stderr = self.process.stderr
+        assert stderr is not None
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            while chunk := await stderr.read(64 << 10):
+                self.stderr_bytes += len(chunk)
+                self._stderr += chunk
+                if len(self._stderr) > self._stderr_keep:
+                    del self._stderr[: len(self._stderr) - self._stderr_keep]
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        return bytes(self._stderr[-limit:]).decode("utf-8", errors="replace")
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        """The exit status once the process has exited, or None if it is still running."""
+        # Poll returncode: Process.wait() also waits for the pipes, which a
+        # grandchild can hold open forever.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.process.returncode is None and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if self.process.returncode is not None:
+            # Give the stderr drain a moment to collect the last words.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._stderr_task), 0.5)
+        return self.process.returncode
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+    async def stop(self, grace: float = 2.0) -> int | None:
+        """Close stdin, wait, SIGTERM the group, wait, SIGKILL the group."""
+        await self.close()
+        status = await self.wait_exit(grace)
+        if status is None:
+            self.kill_group(signal.SIGTERM)
+            status = await self.wait_exit(2.0)
+        self.kill_group(signal.SIGKILL)  # grandchildren too, even when the leader exited
+        if status is None:
+            status = await self.wait_exit(5.0)
+        self._stderr_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._stderr_task
+        # Reap the transport so no pipe is left open (bounded: the group is dead).
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.process.wait(), 5.0)
+        self.transcript.record("agent_exit", pid=self.pid, status=status, stderr_bytes=self.stderr_bytes)
+        return status

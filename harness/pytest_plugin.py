@@ -1,0 +1,77 @@
+"""The pytest plugin (entry point `pytest11`): markers and fixtures for loop tests.
+
+Markers, registered with strict markers in mind:
+    loop-scripted   fast, deterministic: the kernel against the scripted agent
+    LoopInference   the kernel against the real local model (CPU llama.cpp)
+    LoopSoak        hundreds of tasks with bounded resources (slow)
+
+Test modules mark themselves with `pytestmark = LOOP_SCRIPTED` (the hyphen
+keeps `pytest.mark.loop-scripted` from being valid Python). Fixtures are
+thin wrappers over `harness.testing`, which works without pytest too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import testing
+from ._kernel import RunResult
+
+__all__ = ["LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SOAK", "MARKERS"]
+
+MARKERS = {
+    "loop-scripted": "fast loop tests against the scripted ACP agent (every loop branch)",
+    "LoopInference": "the kernel against the real local model on the CPU (pinned GGUF)",
+    "LoopSoak": "hundreds of tasks asserting bounded memory, handles, threads and transcript size",
+}
+LOOP_SCRIPTED = getattr(pytest.mark, "loop-scripted")
+LOOP_INFERENCE = pytest.mark.LoopInference
+LOOP_SOAK = pytest.mark.LoopSoak
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, help_text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {help_text}")
+
+
+@pytest.fixture(name="harness_workspace")
+def harness_workspace_fixture(tmp_path: Path) -> testing.Workspace:
+    """A git worktree on `main`, pushed to a bare `origin` with its upstream set."""
+    return testing.make_workspace(tmp_path / "ws")
+
+
+@pytest.fixture(name="scripted_scenario")
+def scripted_scenario_fixture(tmp_path: Path) -> Callable[..., Path]:
+    """Write a scenario (a dict) for the scripted agent; returns its path."""
+
+    def write(data: dict[str, Any], name: str = "scenario.yaml") -> Path:
+        return testing.write_yaml(tmp_path / name, data)
+
+    return write
+
+
+@pytest.fixture(name="harness_config")
+def harness_config_fixture(tmp_path: Path, harness_workspace: testing.Workspace) -> Callable[..., Path]:
+    """Write a run config for the scripted agent on `scenario`; keywords as `testing.loop_config`."""
+
+    def write(scenario: Path, name: str = "loop.yaml", **options: Any) -> Path:
+        options.setdefault("transcripts", str(tmp_path / "transcripts"))
+        return testing.write_yaml(tmp_path / name, testing.loop_config(harness_workspace, scenario, **options))
+
+    return write
+
+
+@pytest.fixture(name="run_loop")
+def run_loop_fixture() -> Callable[..., RunResult]:
+    """Run a config through the kernel; every run's transcript is checked complete and valid."""
+
+    def run(config: Path, **options: Any) -> RunResult:
+        result = testing.run_loop(config, **options)
+        testing.assert_transcript_complete(result)
+        return result
+
+    return run

@@ -1,0 +1,176 @@
+"""Building blocks for tests, benchmarks and demos, usable with or without pytest.
+
+ws = make_workspace(tmp_path)                       # a git worktree pushed to a bare origin
+scenario = write_yaml(tmp_path / "s.yaml", {...})    # a scripted agent scenario
+config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, scenario, tasks=[...]))
+result = run_loop(config)                           # RunResult: terminal, reason, tasks, transcript
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ._config import load_config
+from ._kernel import Kernel, RunResult
+from ._transcript import read_transcript
+
+__all__ = [
+    "DEFAULT_RULES",
+    "Workspace",
+    "assert_transcript_complete",
+    "loop_config",
+    "make_workspace",
+    "run_loop",
+    "scripted_agent_command",
+    "write_yaml",
+]
+
+DEFAULT_RULES: list[dict[str, Any]] = [
+    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+    {"id": "git", "kind": "execute", "commands": ["git *"], "decision": "allow"},
+    {"id": "no-net", "kind": "network", "hosts": ["*"], "decision": "deny"},
+]
+
+# Git must not read the user's global config (signing, hooks, default branch) in tests.
+_GIT_ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
+
+
+@dataclass
+class Workspace:
+    """A git worktree on branch `main` with a bare `origin` it is pushed to."""
+
+    path: Path
+    origin: Path
+
+    def git(self, *args: str, check: bool = True) -> str:
+        result = subprocess.run(
+            ["git", "-C", str(self.path), *args], capture_output=True, text=True, env=_GIT_ENV, check=False
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def write(self, relative: str, content: str) -> Path:
+        target = self.path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        return target
+
+    def commit(self, message: str, files: Mapping[str, str] | None = None, *, push: bool = False) -> None:
+        for relative, content in (files or {}).items():
+            self.write(relative, content)
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+        if push:
+            self.git("push", "-q")
+
+    def pushed_log(self) -> list[str]:
+        """Commit subjects on origin/main, newest first."""
+        self.git("fetch", "-q")
+        return self.git("log", "--format=%s", "origin/main").split("\n")[:-1]
+
+
+def make_workspace(root: Path, *, files: Mapping[str, str] | None = None, ignore: Sequence[str] = ()) -> Workspace:
+    """Create `root/origin.git` (bare) and `root/workspace` (pushed to it, upstream set)."""
+    root.mkdir(parents=True, exist_ok=True)
+    origin = root / "origin.git"
+    path = root / "workspace"
+    _git("init", "-q", "--bare", "-b", "main", str(origin))
+    _git("init", "-q", "-b", "main", str(path))
+    workspace = Workspace(path, origin)
+    for key, value in (
+        ("user.name", "loop-harness"),
+        ("user.email", "loop@harness.invalid"),
+        ("commit.gpgsign", "false"),
+    ):
+        workspace.git("config", key, value)
+    contents = {"README.md": "A workspace for loop-harness.\n", **(files or {})}
+    if ignore:
+        contents[".gitignore"] = "".join(f"{pattern}\n" for pattern in ignore)
+    workspace.commit("initial commit", contents)
+    workspace.git("remote", "add", "origin", str(origin))
+    workspace.git("push", "-q", "-u", "origin", "main")
+    return workspace
+
+
+def scripted_agent_command(scenario: Path) -> list[str]:
+    return [sys.executable, "-m", "scripted_agents", str(scenario)]
+
+
+def write_yaml(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def loop_config(
+    workspace: Workspace | Path,
+    scenario: Path,
+    *,
+    tasks: Sequence[Mapping[str, Any]] = ({"id": "T1", "title": "Add a greeting"},),
+    rules: Sequence[Mapping[str, Any]] = DEFAULT_RULES,
+    supports_permission_requests: bool = True,
+    queue: Mapping[str, Any] | None = None,
+    limits: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A run config as a dict: the scripted agent on `scenario`, the given tasks and rules."""
+    path = workspace.path if isinstance(workspace, Workspace) else workspace
+    return {
+        "workspace": str(path),
+        "agent": {
+            "command": scripted_agent_command(scenario),
+            "supports_permission_requests": supports_permission_requests,
+        },
+        "policy": {"rules": [dict(r) for r in rules]},
+        "queue": {"provider": "memory", "tasks": [dict(t) for t in tasks], **(queue or {})},
+        "limits": {"turn_timeout_s": 20, "cancel_grace_s": 1, **(limits or {})},
+        **extra,
+    }
+
+
+def run_loop(
+    config: Path,
+    *,
+    task_id: str | None = None,
+    prompt: str | None = None,
+    transcript_path: Path | None = None,
+    observer: Callable[[dict[str, Any]], None] | None = None,
+    setup: Callable[[Kernel], None] | None = None,
+    **kernel_kwargs: Any,
+) -> RunResult:
+    """Load `config`, run the kernel once (blocking), and return its result."""
+    kernel = Kernel(load_config(config), transcript_path=transcript_path, observer=observer, **kernel_kwargs)
+    if setup is not None:
+        setup(kernel)
+    return asyncio.run(kernel.run(task_id=task_id, prompt=prompt))
+
+
+def assert_transcript_complete(result: RunResult) -> list[dict[str, Any]]:
+    """The transcript is valid JSONL, well-formed JSON-RPC throughout, and ends with the run's terminal."""
+    records = read_transcript(result.transcript)
+    assert records, f"{result.transcript} is empty"
+    assert records[0]["type"] == "run_start", records[0]
+    last = records[-1]
+    assert last["type"] == "terminal", f"the last record is {last['type']!r}, not the terminal"
+    assert last["terminal"] == result.terminal.value and last["reason"] == result.reason
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1)), "records are missing or out of order"
+    for record in records:
+        if record["type"] == "rpc":
+            message = record["msg"]
+            assert message.get("jsonrpc") == "2.0" and ("method" in message or "id" in message), record
+    return records
+
+
+def _git(*args: str) -> None:
+    subprocess.run(["git", *args], check=True, capture_output=True, env=_GIT_ENV)

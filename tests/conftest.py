@@ -1,0 +1,1 @@
+"""Shared test wiring: the harness's pytest plugin is loaded through its entry point."""
