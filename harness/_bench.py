@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,7 @@ def bench_kernel(*, tasks: int = 300, as_json: bool = False) -> int:
             root / "loop.yaml",
             loop_config(workspace, scenario, tasks=queue, rules=BENCH_RULES, transcripts=str(root / "runs")),
         )
+        start_ms = _agent_start_ms(scenario, runs=21)
         kernel_s, transcript_bytes = asyncio.run(_time_kernel(config_path, tasks))
         bare_s = asyncio.run(_time_bare(scenario, workspace.path, tasks))
     figures = {
@@ -87,6 +89,7 @@ def bench_kernel(*, tasks: int = 300, as_json: bool = False) -> int:
         "bare_sdk_tasks_per_s": round(tasks / bare_s, 1),
         "ratio": round(bare_s / kernel_s, 3),
         "transcript_bytes_per_task": transcript_bytes // tasks,
+        "scripted_agent_start_ms_median": round(start_ms, 1),
     }
     if as_json:
         print(json.dumps(figures))
@@ -96,7 +99,32 @@ def bench_kernel(*, tasks: int = 300, as_json: bool = False) -> int:
         print(f"bare SDK client (none of them):             {figures['bare_sdk_tasks_per_s']:>8} tasks/s")
         print(f"ratio kernel / bare:   {figures['ratio']}")
         print(f"transcript:            {figures['transcript_bytes_per_task']} bytes/task")
+        print(f"scripted agent spawn + initialize: {figures['scripted_agent_start_ms_median']} ms (median of 21)")
     return 0
+
+
+def _agent_start_ms(scenario: Path, *, runs: int) -> float:
+    """Median wall time from spawning the scripted agent to its `initialize` answer."""
+    request = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "scripted_agents", str(scenario)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=agent_environment(),
+        )
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(request.encode() + b"\n")
+        process.stdin.flush()
+        answer = json.loads(process.stdout.readline())
+        times.append((time.perf_counter() - start) * 1000)
+        process.stdin.close()
+        process.wait()
+        if answer.get("result", {}).get("protocolVersion") != 1:
+            raise RuntimeError(f"unexpected initialize answer: {answer}")
+    return statistics.median(times)
 
 
 async def _time_kernel(config_path: Path, tasks: int) -> tuple[float, int]:

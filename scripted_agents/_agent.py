@@ -13,10 +13,13 @@ import os
 import sys
 import threading
 import time
-from typing import Any
 
 from ._scenario import Scenario, TaskScript, Turn
 from ._wire import RemoteError, Wire
+
+TYPE_CHECKING = False  # see _scenario.py: no typing import at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["ScriptedAgent"]
 

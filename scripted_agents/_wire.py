@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, BinaryIO
+
+TYPE_CHECKING = False  # see _scenario.py: no typing import at run time
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
 
 __all__ = ["RemoteError", "Wire"]
 

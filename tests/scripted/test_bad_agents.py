@@ -1,0 +1,218 @@
+"""Crashed, hung and garbled agents get a clear terminal, never a hang, and lose nothing:
+the transcript is complete and valid after each (checked by the run_loop fixture)."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from harness import Terminal, read_transcript
+from harness.pytest_plugin import LOOP_SCRIPTED
+from scripted_agents.presets import scenario, turn, write_turn
+
+pytestmark = LOOP_SCRIPTED
+
+
+def agent_pid(result):
+    return next(r["pid"] for r in read_transcript(result.transcript) if r["type"] == "agent_start")
+
+
+def assert_agent_gone(result):
+    assert not psutil.pid_exists(agent_pid(result)), "the agent process outlived the run"
+
+
+def run_one(scripted_scenario, harness_config, run_loop, *turns, top=None, **config):
+    path = scripted_scenario(scenario({"T1": list(turns)}, **(top or {})))
+    return run_loop(harness_config(path, **config))
+
+
+def test_a_crash_is_failed_with_exit_status_and_stderr_tail(scripted_scenario, harness_config, run_loop):
+    crash = turn({"message": "about to fall over"}, {"crash": {"exit_code": 3, "stderr": "boom: disk on fire\n"}})
+    result = run_one(scripted_scenario, harness_config, run_loop, crash)
+
+    assert result.terminal is Terminal.FAILED
+    assert result.reason["kind"] == "agent_exited"
+    assert result.reason["exit_status"] == 3
+    assert result.reason["stderr_tail"].endswith("boom: disk on fire\n")
+    assert_agent_gone(result)
+
+
+def test_a_crash_before_initialize(scripted_scenario, harness_config, run_loop):
+    result = run_one(
+        scripted_scenario,
+        harness_config,
+        run_loop,
+        turn(),
+        top={"startup": [{"crash": {"exit_code": 7, "stderr": "no\n"}}]},
+    )
+    assert result.terminal is Terminal.FAILED
+    assert (result.reason["kind"], result.reason["exit_status"]) == ("agent_exited", 7)
+    assert result.tasks == []
+
+
+@pytest.mark.parametrize(
+    ("garbage", "error"),
+    [
+        ({"text": "Loading model weights... done"}, "stdout line is not JSON"),
+        ({"text": "progress 50%", "newline": False}, "stdout line is not JSON"),  # glued onto the next frame
+        ({"text": '{"hello": "world"}'}, "stdout line is not a JSON-RPC 2.0 object"),
+        ({"text": '{"jsonrpc": "2.0"}'}, "JSON-RPC object has neither a method nor an id"),
+    ],
+    ids=["text-line", "text-without-newline", "json-not-rpc", "rpc-without-method-or-id"],
+)
+def test_garbage_on_stdout_is_failed_naming_the_framing_error(
+    scripted_scenario, harness_config, run_loop, garbage, error
+):
+    result = run_one(scripted_scenario, harness_config, run_loop, turn({"garbage": garbage}, {"message": "after"}))
+
+    assert result.terminal is Terminal.FAILED
+    assert result.reason["kind"] == "framing_error"
+    assert result.reason["error"].startswith(error)
+    assert result.reason["line_head"].startswith(garbage["text"][:10])
+    framing = [r for r in read_transcript(result.transcript) if r["type"] == "framing_error"]
+    assert len(framing) == 1
+    assert_agent_gone(result)
+
+
+def test_garbage_before_initialize(scripted_scenario, harness_config, run_loop):
+    result = run_one(
+        scripted_scenario, harness_config, run_loop, turn(), top={"startup": [{"garbage": {"text": "banner v1.0"}}]}
+    )
+    assert result.terminal is Terminal.FAILED
+    assert result.reason["kind"] == "framing_error"
+    assert result.reason["line_head"] == "banner v1.0\n"
+
+
+def test_an_agent_ignoring_cancel_is_killed_after_the_grace(scripted_scenario, harness_config, run_loop):
+    stuck = turn({"message": "working forever"}, {"hang": True}, ignore_cancel=True)
+    result = run_one(
+        scripted_scenario, harness_config, run_loop, stuck, limits={"turn_timeout_s": 0.5, "cancel_grace_s": 0.3}
+    )
+
+    assert result.terminal is Terminal.FAILED
+    assert result.reason == {"kind": "turn_timeout", "timeout_s": 0.5, "agent_stop_reason": None, "killed": True}
+    sent = [
+        r["msg"].get("method") for r in read_transcript(result.transcript) if r["type"] == "rpc" and r["dir"] == "out"
+    ]
+    assert "session/cancel" in sent
+    assert_agent_gone(result)
+
+
+def test_a_turn_timeout_the_agent_honours(scripted_scenario, harness_config, run_loop):
+    stuck = turn({"hang": True})
+    result = run_one(scripted_scenario, harness_config, run_loop, stuck, limits={"turn_timeout_s": 0.3})
+
+    assert result.terminal is Terminal.FAILED
+    assert result.reason == {
+        "kind": "turn_timeout",
+        "timeout_s": 0.3,
+        "agent_stop_reason": "cancelled",
+        "killed": False,
+    }
+
+
+def test_a_user_cancel_kills_an_agent_that_ignores_it(scripted_scenario, harness_config, run_loop):
+    stuck = turn({"message": "busy"}, {"hang": True}, ignore_cancel=True)
+    kernel = {}
+    path = scripted_scenario(scenario({"T1": [stuck]}))
+    result = run_loop(
+        harness_config(path, limits={"cancel_grace_s": 0.3}),
+        setup=lambda k: kernel.setdefault("k", k),
+        observer=lambda r: r["type"] == "rpc" and "busy" in str(r["msg"]) and kernel["k"].cancel(),
+    )
+    assert result.terminal is Terminal.CANCELLED
+    assert result.reason == {"kind": "user_cancel", "during": "turn", "agent_stop_reason": None, "killed": True}
+    assert_agent_gone(result)
+
+
+def test_a_cancel_answered_with_the_wrong_stop_reason(scripted_scenario, harness_config, run_loop):
+    sloppy = turn({"message": "busy"}, {"hang": True}, cancel_stop_reason="end_turn")
+    kernel = {}
+    path = scripted_scenario(scenario({"T1": [sloppy]}))
+    result = run_loop(
+        harness_config(path),
+        setup=lambda k: kernel.setdefault("k", k),
+        observer=lambda r: r["type"] == "rpc" and "busy" in str(r["msg"]) and kernel["k"].cancel(),
+    )
+    # the kernel keeps its own cancel flag: end_turn after a cancel is still Cancelled
+    assert result.terminal is Terminal.CANCELLED
+    assert result.reason == {"kind": "user_cancel", "during": "turn", "agent_stop_reason": "end_turn", "killed": False}
+
+
+def test_a_stderr_flood_does_not_deadlock(scripted_scenario, harness_config, run_loop):
+    flood = write_turn("src/a.txt", "a\n", commit="T1")
+    flood["steps"].insert(0, {"stderr_flood": 4 << 20})
+    result = run_one(scripted_scenario, harness_config, run_loop, flood)
+
+    assert result.terminal is Terminal.IDLE
+    exit_record = next(r for r in read_transcript(result.transcript) if r["type"] == "agent_exit")
+    assert exit_record["stderr_bytes"] >= 4 << 20
+
+
+def test_the_stderr_tail_of_a_crash_after_a_flood_is_bounded(scripted_scenario, harness_config, run_loop):
+    crash = turn({"stderr_flood": 1 << 20}, {"crash": {"exit_code": 9, "stderr": "\nfinal words\n"}})
+    result = run_one(scripted_scenario, harness_config, run_loop, crash)
+
+    assert result.terminal is Terminal.FAILED
+    assert len(result.reason["stderr_tail"]) <= 2000
+    assert result.reason["stderr_tail"].endswith("final words\n")
+
+
+def test_a_20_mb_line_is_read_and_its_record_bounded(scripted_scenario, harness_config, run_loop):
+    big = write_turn("src/a.txt", "a\n", commit="T1")
+    big["steps"].insert(0, {"big_message": 20_000_000})
+    result = run_one(scripted_scenario, harness_config, run_loop, big)
+
+    assert result.terminal is Terminal.IDLE
+    assert result.tasks[0].terminal is Terminal.COMPLETED
+    assert result.transcript.stat().st_size < 1_000_000
+    chunk = next(r for r in read_transcript(result.transcript) if "truncated 1" in str(r.get("msg", "")))
+    assert chunk["msg"]["params"]["update"]["content"]["text"].endswith("chars]")
+
+
+def test_an_agent_that_cannot_start(harness_config, run_loop, tmp_path):
+    config = harness_config(tmp_path / "unused.yaml")
+    config.write_text(config.read_text().replace("- -m\n  - scripted_agents", "- -m\n  - no_such_module_here"))
+    result = run_loop(config)
+    assert result.terminal is Terminal.FAILED
+    assert result.reason["kind"] == "agent_exited"
+    assert "No module named no_such_module_here" in result.reason["stderr_tail"]
+
+
+def test_a_missing_agent_binary(harness_config, run_loop, tmp_path):
+    config = harness_config(tmp_path / "unused.yaml")
+    text = config.read_text()
+    config.write_text(text.replace(text.split("command:\n  - ")[1].split("\n")[0], "/nonexistent/agent", 1))
+    result = run_loop(config)
+    assert result.terminal is Terminal.FAILED
+    assert result.reason["kind"] == "agent_start_failed"
+    assert "/nonexistent/agent" in result.reason["error"]
+
+
+def test_an_agent_that_never_answers_initialize(scripted_scenario, harness_config, run_loop):
+    result = run_one(
+        scripted_scenario,
+        harness_config,
+        run_loop,
+        turn(),
+        top={"startup": [{"sleep": 30}]},
+        limits={"init_timeout_s": 0.5},
+    )
+    assert result.terminal is Terminal.FAILED
+    assert result.reason == {"kind": "agent_timeout", "request": "initialize", "timeout_s": 0.5}
+    assert_agent_gone(result)
+
+
+def test_an_agent_speaking_another_protocol_version(scripted_scenario, harness_config, run_loop):
+    result = run_one(scripted_scenario, harness_config, run_loop, turn(), top={"agent": {"protocol_version": 2}})
+    assert result.terminal is Terminal.FAILED
+    assert result.reason == {"kind": "protocol_version", "expected": 1, "got": 2}
+
+
+def test_an_error_answer_to_a_prompt(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario({"tasks": [{"id": "OTHER", "turns": [turn()]}]})  # nothing matches T1
+    result = run_loop(harness_config(path))
+    assert result.terminal is Terminal.FAILED
+    assert result.reason["kind"] == "agent_error"
+    assert result.reason["request"] == "session/prompt"
+    assert result.reason["code"] == -32603

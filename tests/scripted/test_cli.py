@@ -1,0 +1,156 @@
+"""`loop-harness run CONFIG.yaml [--json]` exactly as the contract says, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import read_transcript
+from harness.pytest_plugin import LOOP_SCRIPTED
+from scripted_agents.presets import scenario, turn, write_turn
+
+pytestmark = LOOP_SCRIPTED
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = str(Path(sys.executable).parent / "loop-harness")
+
+
+def cli(*args, timeout=60):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def last_json(stdout):
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_the_demo_runs_as_the_readme_says(tmp_path):
+    examples = tmp_path / "examples"
+    shutil.copytree(REPO / "examples", examples)
+    subprocess.run(
+        ["bash", str(examples / "make-demo-workspace.sh"), str(tmp_path / ".demo")], check=True, capture_output=True
+    )
+
+    done = cli("run", examples / "demo.yaml", "--json")
+
+    assert done.returncode == 0, done.stderr
+    report = last_json(done.stdout)
+    assert report["terminal"] == "Idle"
+    assert report["reason"] == {"kind": "queue_empty", "completed": 2}
+    assert [(t["id"], t["terminal"]) for t in report["tasks"]] == [("T1", "Completed"), ("T2", "Completed")]
+    assert report["tasks"][0]["rule_ids"] == ["write-src", "read-all", "git"]
+    assert report["tasks"][1]["iterations"] == 2  # T2 first answers without a tool call
+    assert "→ T1: Add a greeting" in done.stderr
+    read_transcript(Path(report["transcript"]))
+
+
+def test_a_blocked_run_exits_1_with_its_terminal(scripted_scenario, harness_config):
+    config = harness_config(scripted_scenario(scenario({"T1": [write_turn("docs/x.md", "x\n")]})))
+    done = cli("run", config, "--json")
+    assert done.returncode == 1
+    report = last_json(done.stdout)
+    assert report["terminal"] == "BlockedPolicy"
+    assert report["tasks"][0]["terminal"] == "BlockedPolicy"
+    assert report["reason"]["refusal"]["kind"] == "unmatched"
+
+
+def test_single_task_and_single_prompt_runs(scripted_scenario, harness_config, tmp_path):
+    path = scripted_scenario(
+        scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")], None: [turn({"message": "hi"})]})
+    )
+    config = harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}])
+
+    task = cli("run", config, "--json", "--task", "T1", "--transcript", tmp_path / "one.jsonl")
+    assert task.returncode == 0, task.stderr
+    assert last_json(task.stdout)["terminal"] == "Completed"
+    assert (tmp_path / "one.jsonl").exists()
+
+    prompt = cli("run", config, "--json", "--prompt", "hello")
+    assert prompt.returncode == 1  # EndTurn is not Idle or Completed
+    assert last_json(prompt.stdout)["terminal"] == "EndTurn"
+
+
+def test_human_output_without_json(scripted_scenario, harness_config):
+    config = harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]})))
+    done = cli("run", config)
+    assert done.returncode == 0
+    assert done.stdout.startswith("terminal: Idle")
+    assert "T1" in done.stdout and "transcript:" in done.stdout
+
+
+def test_sigint_cancels_the_run_and_closes_the_transcript(scripted_scenario, harness_config, tmp_path):
+    config = harness_config(scripted_scenario(scenario({"T1": [turn({"message": "busy"}, {"hang": True})]})))
+    transcript = tmp_path / "run.jsonl"
+    process = subprocess.Popen(
+        [CLI, "run", str(config), "--json", "--transcript", str(transcript)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "busy" not in (transcript.read_text() if transcript.exists() else ""):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=30)
+
+    assert process.returncode == 1, stderr
+    report = last_json(stdout)
+    assert report["terminal"] == "Cancelled"
+    assert report["reason"]["kind"] == "user_cancel"
+    records = read_transcript(transcript)
+    assert records[-1]["type"] == "terminal" and records[-1]["terminal"] == "Cancelled"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "key"),
+    [
+        (lambda c: c.replace("queue:", "queu:"), "queu"),
+        (lambda c: c.replace("decision: allow", "decision: maybe", 1), "policy.rules.0.decision"),
+        (lambda c: c.replace("paths:\n    - '**'", "commands:\n    - '**'", 1), "policy.rules.0"),
+        (
+            lambda c: (
+                c.replace("max_iterations", "max_iterations: 0\n  ignored", 1)
+                if "max_iterations" in c
+                else c.replace("limits:", "limits:\n  max_iterations: 0", 1)
+            ),
+            "limits.max_iterations",
+        ),
+        (lambda c: c.replace("agent:", "agents:", 1), "agent"),
+        (lambda c: c.replace("id: write-src", "id: read-all", 1), "policy"),
+        (lambda c: c.replace("workspace: ", "workspace: /no/such/dir/", 1), "workspace"),
+        (lambda c: c + "\n  - this: [is, broken\n", "not valid YAML"),
+        (lambda c: "- just\n- a\n- list\n", "mapping at the top level"),
+    ],
+    ids=[
+        "unknown-key",
+        "bad-decision",
+        "wrong-target-key",
+        "bad-limit",
+        "missing-agent",
+        "duplicate-rule-id",
+        "no-workspace",
+        "yaml-syntax",
+        "not-a-mapping",
+    ],
+)
+def test_a_malformed_config_exits_2_naming_the_bad_key(scripted_scenario, harness_config, mutate, key):
+    config = harness_config(scripted_scenario(scenario({"T1": [turn()]})))
+    config.write_text(mutate(config.read_text()))
+
+    done = cli("run", config, "--json")
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert key in done.stderr
+    assert last_json(done.stdout)["error"]["kind"] == "config"
+
+
+def test_a_missing_config_file_exits_2(tmp_path):
+    done = cli("run", tmp_path / "nope.yaml")
+    assert done.returncode == 2
+    assert "cannot read" in done.stderr

@@ -1,0 +1,153 @@
+"""Steering, queue order, skipping completed ids, host back-off that recovers, roles."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import Terminal, read_transcript
+from harness.pytest_plugin import LOOP_SCRIPTED
+from scripted_agents.presets import scenario, turn, write_turn
+
+pytestmark = LOOP_SCRIPTED
+
+
+def rpc(records, direction, method=None):
+    return [
+        r
+        for r in records
+        if r["type"] == "rpc" and r["dir"] == direction and (method is None or r["msg"].get("method") == method)
+    ]
+
+
+def test_steering_sent_mid_turn_arrives_at_the_next_turn_boundary(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(
+        scenario(
+            {
+                "T1": [
+                    turn({"message": "step one"}, {"sleep": 0.05}, {"message": "still on step one"}, stop="max_tokens"),
+                    write_turn("src/a.txt", "a\n", commit="T1"),
+                ]
+            }
+        )
+    )
+    kernel = {}
+
+    def steer_mid_turn(record):
+        if record["type"] == "rpc" and "step one" in str(record["msg"]) and "still" not in str(record["msg"]):
+            kernel["k"].steer("use tabs, not spaces")
+
+    result = run_loop(harness_config(path), setup=lambda k: kernel.setdefault("k", k), observer=steer_mid_turn)
+
+    assert result.terminal is Terminal.IDLE  # steering never stops the loop
+    records = read_transcript(result.transcript)
+    kinds = [r["type"] for r in records]
+    queued = kinds.index("steer_queued")
+    first_answer = next(i for i, r in enumerate(records) if r["type"] == "rpc" and "stopReason" in str(r["msg"]))
+    prompts = rpc(records, "out", "session/prompt")
+    second_prompt = records.index(prompts[1])
+    # queued during turn 1, after its first update and before its answer; delivered with turn 2
+    assert queued < first_answer < second_prompt
+    assert "still on step one" in str(records[queued + 1 : first_answer + 1])
+    assert "use tabs, not spaces" not in str(prompts[0])
+    assert "use tabs, not spaces" in prompts[1]["msg"]["params"]["prompt"][0]["text"]
+    assert not rpc(records, "out", "session/cancel")
+    assert kinds.index("steer_delivered") < second_prompt
+
+
+def test_a_completed_id_is_skipped_when_the_host_cannot_close_it(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(
+        scenario(
+            {
+                "T1": [write_turn("src/a.txt", "a\n", commit="T1")],
+                "T2": [write_turn("src/b.txt", "b\n", commit="T2")],
+            }
+        )
+    )
+    queue = {"faults": [{"op": "mark_done", "signal": "rejected", "task": "T1", "times": 99, "cause": "403 forbidden"}]}
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], queue=queue))
+
+    assert result.terminal is Terminal.IDLE
+    assert [t.id for t in result.tasks] == ["T1", "T2"]  # T1 stays listed, yet runs once
+    assert result.tasks[0].mark_done_error == {"kind": "host_rejected", "op": "mark_done", "cause": "403 forbidden"}
+    assert result.tasks[1].mark_done_error is None
+    starts = [r["task"]["id"] for r in read_transcript(result.transcript) if r["type"] == "task_start"]
+    assert starts == ["T1", "T2"]
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"), [("created", ["early", "middle", "late"]), ("updated", ["late", "early", "middle"])]
+)
+def test_queue_order_is_the_declared_one(scripted_scenario, harness_config, run_loop, order, expected):
+    path = scripted_scenario(scenario({None: [turn({"read": {"path": "README.md"}})]}))
+    tasks = [
+        {"id": "late", "created": 30, "updated": 1},
+        {"id": "early", "created": 10, "updated": 2},
+        {"id": "middle", "created": 20, "updated": 3},
+    ]
+    result = run_loop(harness_config(path, tasks=tasks, queue={"order": order}))
+
+    assert result.terminal is Terminal.IDLE
+    assert [t.id for t in result.tasks] == expected
+    starts = [r["task"]["id"] for r in read_transcript(result.transcript) if r["type"] == "task_start"]
+    assert starts == expected
+
+
+def test_a_rate_limit_that_clears_is_waited_out(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
+    queue = {"faults": [{"op": "list_tasks", "signal": "rate_limited", "times": 2, "reset_in_s": 0.05}]}
+    result = run_loop(harness_config(path, queue=queue))
+
+    assert result.terminal is Terminal.IDLE
+    assert result.tasks[0].terminal is Terminal.COMPLETED
+    retries = [r for r in read_transcript(result.transcript) if r["type"] == "host_retry"]
+    assert [(r["cause"], r["retry"]) for r in retries] == [("rate_limited", 1), ("rate_limited", 2)]
+    assert all(0 < r["delay_s"] <= 0.05 for r in retries)
+
+
+def test_a_rate_limit_beyond_the_wait_budget_blocks_at_once(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
+    queue = {"faults": [{"op": "list_tasks", "signal": "rate_limited", "reset_in_s": 3600}], "max_wait_s": 60}
+    result = run_loop(harness_config(path, queue=queue))
+
+    assert result.terminal is Terminal.BLOCKED_RATE_LIMITED
+    assert result.reason["retries"] == 0
+
+
+def test_an_outage_that_clears_is_retried(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
+    queue = {"faults": [{"op": "list_tasks", "signal": "unavailable", "times": 2}], "backoff_base_s": 0.01}
+    result = run_loop(harness_config(path, queue=queue))
+    assert result.terminal is Terminal.IDLE
+
+
+def test_the_role_prefix_starts_every_task_prompt(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
+    config = harness_config(
+        path,
+        tasks=[{"id": "T1", "title": "Add a", "body": "Create src/a.txt"}],
+        role={"prompt": "You are the release engineer.", "trigger": "IssueAssigned"},
+    )
+    result = run_loop(config)
+
+    first = rpc(read_transcript(result.transcript), "out", "session/prompt")[0]
+    assert first["msg"]["params"]["prompt"][0]["text"] == (
+        "You are the release engineer.\n\nTask T1: Add a\n\nCreate src/a.txt"
+    )
+
+
+def test_each_task_gets_its_own_session_on_one_agent_process(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(
+        scenario(
+            {
+                "T1": [write_turn("src/a.txt", "a\n", commit="T1")],
+                "T2": [write_turn("src/b.txt", "b\n", commit="T2")],
+                "T3": [write_turn("src/c.txt", "c\n", commit="T3")],
+            }
+        )
+    )
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}, {"id": "T3"}]))
+
+    records = read_transcript(result.transcript)
+    assert len([r for r in records if r["type"] == "agent_start"]) == 1
+    sessions = [r["msg"]["params"]["_meta"]["loopHarness"]["taskId"] for r in rpc(records, "out", "session/new")]
+    assert sessions == ["T1", "T2", "T3"]

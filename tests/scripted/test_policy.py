@@ -1,0 +1,180 @@
+"""The policy as a function: rule matching, deny-wins, path resolution, command parsing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness import Policy
+from harness._config import RuleConfig
+from harness._shell import Unparseable, parse_invocation
+from harness.pytest_plugin import LOOP_SCRIPTED
+
+pytestmark = LOOP_SCRIPTED
+
+
+def rules(*specs):
+    return [RuleConfig.model_validate(s) for s in specs]
+
+
+ALLOW_SRC = {"id": "allow-src", "kind": "write", "paths": ["src/**"], "decision": "allow"}
+DENY_SECRETS = {"id": "deny-secrets", "kind": "write", "paths": ["src/secrets/**"], "decision": "deny"}
+READ_ALL = {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"}
+GIT = {"id": "git", "kind": "execute", "commands": ["git *"], "decision": "allow"}
+LS = {"id": "ls", "kind": "execute", "commands": ["ls", "ls *"], "decision": "allow"}
+NO_PUSH = {"id": "no-push", "kind": "execute", "commands": ["git push*"], "decision": "deny"}
+GITHUB = {"id": "github", "kind": "network", "hosts": ["*.github.com", "github.com"], "decision": "allow"}
+
+
+@pytest.fixture(name="worktree")
+def worktree_fixture(tmp_path):
+    root = tmp_path / "wt"
+    (root / "src").mkdir(parents=True)
+    (root / ".git" / "hooks").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, root / "src" / "escape")
+    os.symlink(root / ".git", root / "gitlink")
+    return root
+
+
+@pytest.mark.parametrize("order", ["allow-first", "deny-first"])
+def test_deny_wins_in_either_order(worktree, order):
+    specs = [ALLOW_SRC, DENY_SECRETS] if order == "allow-first" else [DENY_SECRETS, ALLOW_SRC]
+    policy = Policy(rules(*specs), worktree)
+    verdict = policy.judge_write("src/secrets/key.pem")
+    assert not verdict.allowed
+    assert verdict.rule_ids == ("deny-secrets",)
+    assert policy.judge_write("src/app.py").rule_ids == ("allow-src",)
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed", "why"),
+    [
+        ("src/a/b/c.txt", True, "allowed"),
+        ("src", True, "allowed"),  # src/** matches the directory itself
+        ("docs/a.md", False, "unmatched"),
+        ("/etc/passwd", False, "outside_worktree"),
+        ("src/../../outside.txt", False, "outside_worktree"),
+        ("src/escape/file.txt", False, "outside_worktree"),  # a symlink out of the worktree
+        (".git/config", False, "protected_path"),
+        (".git/hooks/pre-commit", False, "protected_path"),
+        (".git/refs/heads/main", False, "protected_path"),
+        ("gitlink/config", False, "protected_path"),  # a symlink into .git
+    ],
+)
+def test_write_paths_are_resolved_before_matching(worktree, path, allowed, why):
+    # Even an explicit allow rule for .git cannot open a protected path.
+    allow_git = {"id": "allow-git", "kind": "write", "paths": [".git/**", "gitlink/**"], "decision": "allow"}
+    policy = Policy(rules(ALLOW_SRC, allow_git), worktree)
+    verdict = policy.judge_write(path)
+    assert verdict.allowed is allowed
+    assert verdict.reason["kind"] == why
+
+
+def test_protected_files_beyond_the_defaults(worktree):
+    config = worktree / "loop.yaml"
+    policy = Policy(
+        rules({"id": "all", "kind": "write", "paths": ["**"], "decision": "allow"}),
+        worktree,
+        protected_globs=["policy/**"],
+        protected_files=[config],
+    )
+    assert policy.judge_write("loop.yaml").reason["kind"] == "protected_path"
+    assert policy.judge_write("policy/rules.yaml").reason["kind"] == "protected_path"
+    assert policy.judge_write("src/ok.txt").allowed
+
+
+@pytest.mark.parametrize(
+    ("command", "allowed", "rule_ids_or_why"),
+    [
+        ("git status", True, ("git",)),
+        (["git", "commit", "-m", "a; rm -rf /"], True, ("git",)),  # argv: no shell, literal args
+        (["/bin/bash", "-lc", "git add -A && git commit -m x"], True, ("git",)),  # Codex's wrapper
+        ("git status && rm -rf src", False, "unmatched"),  # a chain behind an allowed command
+        ("git status; curl http://x", False, "unmatched"),
+        ("git log | sh", False, "unmatched"),
+        ("(cd src && ls) || git status", False, "unmatched"),  # cd is not allowed
+        ("ls && git status\nls src", True, ("ls", "git")),
+        ("git push origin main", False, "denied"),
+        ("git $(echo push)", False, "unparseable"),
+        ("git `whoami`", False, "unparseable"),
+        ("cat <<EOF\nx\nEOF", False, "unparseable"),
+        ("bash -c 'git status && rm -rf /'", False, "unmatched"),  # nested wrapper, unwrapped
+        ("git status > src/out.txt", True, ("git", "allow-src")),  # redirect judged as a write
+        ("git status > /etc/motd", False, "outside_worktree"),
+        ("git status > /dev/null 2>&1", True, ("git", "builtin:dev-null")),
+        ("git log 'unterminated", False, "unparseable"),
+        ("FOO=1 git status", False, "unmatched"),  # env assignment changes what runs
+    ],
+)
+def test_execute_requests_are_judged_by_what_they_run(worktree, command, allowed, rule_ids_or_why):
+    policy = Policy(rules(GIT, LS, NO_PUSH, ALLOW_SRC, READ_ALL), worktree)
+    verdict = policy.judge_execute(command)
+    assert verdict.allowed is allowed, verdict
+    if allowed:
+        assert verdict.rule_ids == rule_ids_or_why
+    else:
+        assert verdict.reason["kind"] == rule_ids_or_why
+
+
+def test_command_cwd_outside_the_worktree_is_refused(worktree, tmp_path):
+    policy = Policy(rules(GIT), worktree)
+    assert policy.judge_execute("git status", cwd=str(tmp_path)).reason["kind"] == "outside_worktree"
+    assert policy.judge_execute("git status", cwd=str(worktree / "src")).allowed
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "allowed", "why"),
+    [
+        ({"kind": "edit", "locations": [{"path": "src/a.py"}]}, True, "allowed"),
+        ({"kind": "edit", "rawInput": {"file_path": "docs/a.md"}}, False, "unmatched"),  # Claude Write
+        ({"kind": "edit", "rawInput": {"changes": {"src/a.py": {}, "README.md": {}}}}, False, "unmatched"),  # Codex
+        ({"kind": "edit", "content": [{"type": "diff", "path": "src/b.py", "newText": "x"}]}, True, "allowed"),
+        ({"kind": "delete", "locations": [{"path": "src/a.py"}]}, True, "allowed"),
+        ({"kind": "read", "locations": [{"path": "anything.txt"}]}, True, "allowed"),
+        ({"kind": "edit", "title": "no path at all"}, False, "no_target"),
+        ({"kind": "execute", "rawInput": {"command": ["/bin/bash", "-lc", "git status"]}}, True, "allowed"),
+        ({"kind": "execute", "rawInput": {"command": "rm -rf /"}}, False, "unmatched"),
+        ({"kind": "execute", "title": "git status"}, False, "no_target"),  # titles are not commands
+        ({"kind": "fetch", "rawInput": {"url": "https://api.github.com/x"}}, True, "allowed"),
+        ({"kind": "fetch", "rawInput": {"url": "https://evil.example/x"}}, False, "unmatched"),
+        ({"kind": "think"}, True, "no_permission_needed"),
+        ({"kind": "other", "rawInput": {"path": "src/a.py"}}, False, "unmatched"),
+        ({"title": "kind left unset"}, False, "unmatched"),
+    ],
+)
+def test_permission_requests_map_tool_kinds_to_rule_kinds(worktree, tool_call, allowed, why):
+    policy = Policy(rules(ALLOW_SRC, READ_ALL, GIT, GITHUB), worktree)
+    verdict = policy.judge_tool_call({"toolCallId": "c1", **tool_call})
+    assert verdict.allowed is allowed, verdict
+    assert verdict.reason["kind"] == why
+
+
+def test_an_empty_policy_is_interactive_but_still_confined(worktree):
+    policy = Policy([], worktree)
+    assert policy.interactive
+    assert policy.judge_write("src/a.txt").rule_ids == ("interactive",)
+    assert policy.judge_write("/etc/passwd").reason["kind"] == "outside_worktree"
+    assert policy.judge_write(".git/config").reason["kind"] == "protected_path"
+
+
+@pytest.mark.parametrize(
+    ("text", "commands"),
+    [
+        ("git status", ["git status"]),
+        ("a && b || c; d | e & f", ["a", "b", "c", "d", "e", "f"]),
+        ("git commit -m 'a && b'", ["git commit -m 'a && b'"]),
+        ("sh -c 'git add -A; git push'", ["git add -A", "git push"]),
+    ],
+)
+def test_scripts_split_into_simple_commands(text, commands):
+    assert [c.text for c in parse_invocation(text).commands] == commands
+
+
+def test_unparseable_scripts_say_why():
+    with pytest.raises(Unparseable, match="cannot be judged"):
+        parse_invocation("echo $(id)")
+    with pytest.raises(Unparseable, match="no command"):
+        parse_invocation(" ; ")

@@ -1,0 +1,151 @@
+"""Each precondition failing on its own stops the run BlockedPrecondition, naming the check,
+before any agent is started; a task that leaves changes stops the run before the next task."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import Terminal, read_transcript
+from harness.pytest_plugin import LOOP_SCRIPTED
+from scripted_agents.presets import scenario, turn, write_turn
+
+pytestmark = LOOP_SCRIPTED
+
+
+@pytest.fixture(name="one_task")
+def one_task_fixture(scripted_scenario):
+    return scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
+
+
+def assert_blocked_before_agent(result, check):
+    assert result.terminal is Terminal.BLOCKED_PRECONDITION
+    assert result.reason["kind"] == "precondition"
+    assert result.reason["check"] == check
+    assert result.tasks == []
+    assert not [r for r in read_transcript(result.transcript) if r["type"] == "agent_start"]
+
+
+def test_unpushed_commit(one_task, harness_config, run_loop, harness_workspace):
+    harness_workspace.commit("local only", {"notes.txt": "not pushed\n"})
+    result = run_loop(harness_config(one_task))
+    assert_blocked_before_agent(result, "git_unpushed_commits")
+    assert result.reason["ahead"] == 1
+    assert result.reason["upstream"] == "origin/main"
+
+
+def test_no_upstream(one_task, harness_config, run_loop, harness_workspace):
+    harness_workspace.git("branch", "--unset-upstream")
+    result = run_loop(harness_config(one_task))
+    assert_blocked_before_agent(result, "git_upstream")
+    assert result.reason["branch"] == "main"
+
+
+def test_detached_head(one_task, harness_config, run_loop, harness_workspace):
+    harness_workspace.git("checkout", "-q", "--detach")
+    result = run_loop(harness_config(one_task))
+    assert_blocked_before_agent(result, "git_upstream")
+    assert "detached" in result.reason["detail"]
+
+
+def test_dirty_tree(one_task, harness_config, run_loop, harness_workspace):
+    harness_workspace.write("README.md", "edited by hand\n")
+    result = run_loop(harness_config(one_task))
+    assert_blocked_before_agent(result, "git_clean_tree")
+    assert result.reason["changes"] == [".M README.md"]
+
+
+def test_rebase_in_progress(one_task, harness_config, run_loop, harness_workspace):
+    ws = harness_workspace
+    ws.git("checkout", "-q", "-b", "topic")
+    ws.commit("topic edit", {"README.md": "topic\n"})
+    ws.git("checkout", "-q", "main")
+    ws.commit("main edit", {"README.md": "main\n"}, push=True)
+    ws.git("checkout", "-q", "topic")
+    assert ws.git("rebase", "main", check=False) is not None  # stops on the conflict
+    assert (ws.path / ".git" / "rebase-merge").is_dir()
+
+    result = run_loop(harness_config(one_task))
+    assert_blocked_before_agent(result, "git_edit_session")
+    assert result.reason["session"] == "rebase"
+
+
+def test_merge_in_progress(one_task, harness_config, run_loop, harness_workspace):
+    ws = harness_workspace
+    ws.git("checkout", "-q", "-b", "topic")
+    ws.commit("topic edit", {"README.md": "topic\n"})
+    ws.git("checkout", "-q", "main")
+    ws.commit("main edit", {"README.md": "main\n"}, push=True)
+    ws.git("merge", "topic", check=False)
+    result = run_loop(harness_config(one_task))
+    assert_blocked_before_agent(result, "git_edit_session")
+    assert result.reason["session"] == "merge"
+
+
+def test_empty_policy(one_task, harness_config, run_loop):
+    result = run_loop(harness_config(one_task, rules=[]))
+    assert_blocked_before_agent(result, "policy_non_empty")
+
+
+def test_agent_without_permission_support(one_task, harness_config, run_loop):
+    result = run_loop(harness_config(one_task, supports_permission_requests=False))
+    assert_blocked_before_agent(result, "agent_permission_support")
+
+
+def test_unauthorized_host(one_task, harness_config, run_loop):
+    result = run_loop(harness_config(one_task, queue={"authorized": False}))
+    assert_blocked_before_agent(result, "host_authorized")
+
+
+def test_not_a_git_worktree(one_task, harness_config, run_loop, tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    config = harness_config(one_task)
+    text = config.read_text().replace(str(tmp_path / "ws" / "workspace"), str(plain))
+    config.write_text(text)
+    result = run_loop(config)
+    assert_blocked_before_agent(result, "git_worktree")
+
+
+def test_changes_left_by_a_task_stop_the_next_one(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(
+        scenario(
+            {
+                "T1": [write_turn("src/a.txt", "a\n")],  # writes, never commits
+                "T2": [write_turn("src/b.txt", "b\n", commit="T2")],
+            }
+        )
+    )
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]))
+
+    assert result.terminal is Terminal.BLOCKED_PRECONDITION
+    assert result.reason["check"] == "git_clean_tree"
+    assert result.reason["left_by_task"] == "T1"
+    assert result.reason["changes"] == ["?? src/a.txt"]
+    assert [t.id for t in result.tasks] == ["T1"]
+
+
+def test_unpushed_commit_left_by_a_task_stops_the_next_one(scripted_scenario, harness_config, run_loop):
+    commit_only = {"terminal": {"command": "git", "args": ["commit", "-q", "-am", "T1 (not pushed)"]}}
+    path = scripted_scenario(
+        scenario(
+            {
+                "T1": [turn({"terminal": {"command": "git", "args": ["rm", "-q", "README.md"]}}, commit_only)],
+                "T2": [write_turn("src/b.txt", "b\n", commit="T2")],
+            }
+        )
+    )
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]))
+
+    assert result.terminal is Terminal.BLOCKED_PRECONDITION
+    assert result.reason["check"] == "git_unpushed_commits"
+    assert result.reason["left_by_task"] == "T1"
+
+
+def test_changes_left_by_the_last_task_are_reported(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n")]}))
+    result = run_loop(harness_config(path))
+
+    assert result.terminal is Terminal.IDLE
+    assert result.tasks[0].terminal is Terminal.COMPLETED
+    assert result.tasks[0].left_changes == ["?? src/a.txt"]
+    assert result.to_json()["tasks"][0]["left_changes"] == ["?? src/a.txt"]
