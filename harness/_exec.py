@@ -144,6 +144,9 @@ async def _reap(terminal: _Terminal) -> None:
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(terminal.process.wait(), 5.0)
     if terminal.reader is not None:
+        # Read to EOF so the pipe closes now, not when the event loop is gone (bounded).
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(terminal.reader), 5.0)
         terminal.reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await terminal.reader

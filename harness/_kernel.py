@@ -330,15 +330,20 @@ class Kernel:
 
     async def _request(self, awaitable: Any, what: str) -> Any:
         """Await a setup request (initialize, session/new) within init_timeout; faults → `_AgentFault`."""
-        try:
-            return await asyncio.wait_for(awaitable, self.config.limits.init_timeout_s)
-        except TimeoutError:
+        request = asyncio.ensure_future(awaitable)
+        await self._wait_or_exit(request, timeout=self.config.limits.init_timeout_s)
+        if not request.done():
+            await _discard(request)
+            if self._agent is not None and self._agent.exited.is_set():
+                raise _AgentFault(await self._agent_failure())
             raise _AgentFault(
                 Stop(
                     Terminal.FAILED,
                     {"kind": "agent_timeout", "request": what, "timeout_s": self.config.limits.init_timeout_s},
                 )
-            ) from None
+            )
+        try:
+            return request.result()
         except ConnectionError:
             raise _AgentFault(await self._agent_failure()) from None
         except RequestError as exc:
@@ -352,6 +357,16 @@ class Kernel:
             raise _AgentFault(
                 Stop(Terminal.FAILED, {"kind": "protocol_error", "request": what, "error": str(exc)[:500]})
             ) from None
+
+    async def _wait_or_exit(self, future: asyncio.Future[Any], *also: Any, timeout: float) -> None:
+        """Wait for `future`, for any of `also`, for the agent process to exit, or for `timeout`."""
+        assert self._agent is not None
+        watchers = [asyncio.ensure_future(a) for a in (*also, self._agent.exited.wait())]
+        try:
+            await asyncio.wait({future, *watchers}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
 
     async def _agent_failure(self) -> Stop:
         """The agent's stdout ended: name the framing error, or the exit status and stderr tail."""
@@ -369,7 +384,8 @@ class Kernel:
         with contextlib.suppress(Exception):
             if self._client is not None:
                 await self._client.exec_host.release_all()
-        if self._conn is not None and self._agent is not None and not self._agent.disconnected.is_set():
+        agent = self._agent
+        if self._conn is not None and agent is not None and not (agent.disconnected.is_set() or agent.exited.is_set()):
             await self._close_last_session()
         if self._conn is not None:
             with contextlib.suppress(Exception):
@@ -526,15 +542,12 @@ class Kernel:
         turn = self._client.begin_turn()
         self._transcript.record("turn", iteration=iteration, prompt_kind=kind)
         prompt = asyncio.ensure_future(self._conn.prompt(session_id=session_id, prompt=[text_block(text)]))
-        cancelled = asyncio.ensure_future(self._cancel_event.wait())
-        try:
-            done, _ = await asyncio.wait(
-                {prompt, cancelled}, timeout=self.config.limits.turn_timeout_s, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            cancelled.cancel()
-        if prompt in done:
+        await self._wait_or_exit(prompt, self._cancel_event.wait(), timeout=self.config.limits.turn_timeout_s)
+        if prompt.done():
             return turn, await self._prompt_outcome(prompt)
+        if self._agent is not None and self._agent.exited.is_set():  # dead, stdout held open by a grandchild
+            await _discard(prompt)
+            return turn, await self._agent_failure()
         why = "user_cancel" if self._cancel_event.is_set() else "turn_timeout"
         agent_stop, killed = await self._cancel_turn(session_id, prompt)
         self._transcript.record("turn_cancelled", why=why, agent_stop_reason=agent_stop, killed=killed)
@@ -596,6 +609,12 @@ class _AgentFault(Exception):
     def __init__(self, stop: Stop) -> None:
         super().__init__(stop.reason.get("kind"))
         self.stop = stop
+
+
+async def _discard(future: asyncio.Future[Any]) -> None:
+    future.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await future
 
 
 def _task_prompt(prefix: str, task: Task) -> str:

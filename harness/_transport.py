@@ -59,7 +59,9 @@ class AgentProcess:
         self._max_line = max_line
         self._stderr = bytearray()
         self._stderr_keep = stderr_keep
+        self.exited = asyncio.Event()  # the process itself has exited (its pipes may live on)
         self._stderr_task = asyncio.create_task(self._drain_stderr(), name="agent-stderr")
+        self._exit_task = asyncio.create_task(self._watch_exit(), name="agent-exit")
 
     @classmethod
     async def spawn(
@@ -177,14 +179,26 @@ class AgentProcess:
                 if len(self._stderr) > self._stderr_keep:
                     del self._stderr[: len(self._stderr) - self._stderr_keep]
 
+    async def _watch_exit(self) -> None:
+        # Poll returncode: in Python 3.11 Process.wait() also waits for the pipes, which a
+        # grandchild that inherited them can hold open long after the agent died.
+        while self.process.returncode is None:
+            await asyncio.sleep(0.05)
+        self.exited.set()
+
+    async def _drain_stdout(self) -> None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            while await stdout.read(64 << 10):
+                pass
+
     def stderr_tail(self, limit: int = 2000) -> str:
         return bytes(self._stderr[-limit:]).decode("utf-8", errors="replace")
 
     async def wait_exit(self, timeout: float) -> int | None:
         """The exit status once the process has exited, or None if it is still running."""
-        # Poll returncode: Process.wait() also waits for the pipes, which a
-        # grandchild can hold open forever.
-        loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()  # poll returncode, as _watch_exit does
         deadline = loop.time() + timeout
         while self.process.returncode is None and loop.time() < deadline:
             await asyncio.sleep(0.01)
@@ -208,11 +222,13 @@ class AgentProcess:
         self.kill_group(signal.SIGKILL)  # grandchildren too, even when the leader exited
         if status is None:
             status = await self.wait_exit(5.0)
-        self._stderr_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._stderr_task
-        # Reap the transport so no pipe is left open (bounded: the group is dead).
+        # Read stdout and stderr to EOF so their pipes close while the loop still runs (bounded:
+        # only a grandchild that left our process group could hold them open now).
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.process.wait(), 5.0)
+            await asyncio.wait_for(asyncio.gather(self._drain_stdout(), asyncio.shield(self._stderr_task)), 5.0)
+        for task in (self._stderr_task, self._exit_task):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         self.transcript.record("agent_exit", pid=self.pid, status=status, stderr_bytes=self.stderr_bytes)
         return status

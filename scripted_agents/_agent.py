@@ -321,5 +321,14 @@ class _Player:
             left -= len(chunk)
         sys.stderr.buffer.flush()
 
+    def _step_spawn_child(self, spec: Any) -> None:
+        """Start a child that inherits our stdio (so it holds the pipes open) and outlives the turn."""
+        import subprocess
+
+        seconds = spec.get("seconds", 300) if isinstance(spec, dict) else 300
+        child = subprocess.Popen(["sleep", str(seconds)])
+        if self.session is not None:
+            self._message(f"child pid {child.pid}")
+
     def _step_big_message(self, size: int) -> None:
         self._message("x" * int(size))

@@ -54,6 +54,7 @@ STEP_KINDS = frozenset(
         "big_message",
         "usage",
         "echo_prompt",
+        "spawn_child",
     }
 )
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})

@@ -17,8 +17,16 @@ def agent_pid(result):
     return next(r["pid"] for r in read_transcript(result.transcript) if r["type"] == "agent_start")
 
 
+def alive(pid):
+    """Running, as opposed to gone or a zombie (killed orphans wait for init to reap them)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def assert_agent_gone(result):
-    assert not psutil.pid_exists(agent_pid(result)), "the agent process outlived the run"
+    assert not alive(agent_pid(result)), "the agent process outlived the run"
 
 
 def run_one(scripted_scenario, harness_config, run_loop, *turns, top=None, **config):
@@ -216,3 +224,28 @@ def test_an_error_answer_to_a_prompt(scripted_scenario, harness_config, run_loop
     assert result.reason["kind"] == "agent_error"
     assert result.reason["request"] == "session/prompt"
     assert result.reason["code"] == -32603
+
+
+def child_pid(result):
+    text = next(r for r in read_transcript(result.transcript) if "child pid" in str(r.get("msg", "")))
+    return int(str(text["msg"]).split("child pid ")[1].split("'")[0])
+
+
+def test_a_crash_with_a_grandchild_holding_the_pipes(scripted_scenario, harness_config, run_loop):
+    # The agent dies but its child keeps stdout open: no EOF ever comes.
+    crash = turn({"spawn_child": {"seconds": 300}}, {"crash": {"exit_code": 5, "stderr": "gone\n"}})
+    result = run_one(scripted_scenario, harness_config, run_loop, crash)
+
+    assert result.terminal is Terminal.FAILED
+    assert (result.reason["kind"], result.reason["exit_status"]) == ("agent_exited", 5)
+    assert not alive(child_pid(result)), "the process group was not killed"
+
+
+def test_a_killed_agent_takes_its_children_with_it(scripted_scenario, harness_config, run_loop):
+    stuck = turn({"spawn_child": {"seconds": 300}}, {"hang": True}, ignore_cancel=True)
+    result = run_one(
+        scripted_scenario, harness_config, run_loop, stuck, limits={"turn_timeout_s": 0.5, "cancel_grace_s": 0.2}
+    )
+    assert result.reason["killed"] is True
+    assert not alive(child_pid(result))
+    assert_agent_gone(result)

@@ -41,7 +41,10 @@ class RawClient:
 
     def close(self):
         self.process.stdin.close()
-        return self.process.wait(timeout=10)
+        status = self.process.wait(timeout=10)
+        self.process.stdout.close()
+        self.process.stderr.close()
+        return status
 
 
 def test_a_raw_client_drives_a_whole_turn(scripted_scenario, tmp_path):
