@@ -67,7 +67,8 @@ BENCH_RULES = [
 ]
 
 
-def bench_kernel(*, tasks: int = 300, as_json: bool = False) -> int:
+def bench_kernel(*, tasks: int = 300, rounds: int = 3, as_json: bool = False) -> int:
+    """Drain `tasks` tasks through each side, alternating, `rounds` times; report the medians."""
     with tempfile.TemporaryDirectory(prefix="loop-harness-bench-") as tmp:
         root = Path(tmp)
         # out/ is ignored by git, so the tree stays clean between tasks and no task commits.
@@ -79,22 +80,28 @@ def bench_kernel(*, tasks: int = 300, as_json: bool = False) -> int:
             loop_config(workspace, scenario, tasks=queue, rules=BENCH_RULES, transcripts=str(root / "runs")),
         )
         start_ms = _agent_start_ms(scenario, runs=21)
-        kernel_s, transcript_bytes = asyncio.run(_time_kernel(config_path, tasks))
-        bare_s = asyncio.run(_time_bare(scenario, workspace.path, tasks))
+        kernel_times, bare_times = [], []
+        for _ in range(rounds):
+            kernel_s, transcript_bytes = asyncio.run(_time_kernel(config_path, tasks))
+            kernel_times.append(kernel_s)
+            bare_times.append(asyncio.run(_time_bare(scenario, workspace.path, tasks)))
+    kernel_s = statistics.median(kernel_times)
+    bare_s = statistics.median(bare_times)
     figures = {
         "tasks": tasks,
-        "kernel_s": round(kernel_s, 3),
+        "rounds": rounds,
         "kernel_tasks_per_s": round(tasks / kernel_s, 1),
-        "bare_sdk_s": round(bare_s, 3),
         "bare_sdk_tasks_per_s": round(tasks / bare_s, 1),
         "ratio": round(bare_s / kernel_s, 3),
+        "kernel_ms_per_task": round(kernel_s / tasks * 1000, 2),
+        "bare_sdk_ms_per_task": round(bare_s / tasks * 1000, 2),
         "transcript_bytes_per_task": transcript_bytes // tasks,
         "scripted_agent_start_ms_median": round(start_ms, 1),
     }
     if as_json:
         print(json.dumps(figures))
     else:
-        print(f"tasks per side:        {tasks}")
+        print(f"tasks per side and round: {tasks}, rounds: {rounds} (medians below)")
         print(f"kernel (policy, preconditions, transcript): {figures['kernel_tasks_per_s']:>8} tasks/s")
         print(f"bare SDK client (none of them):             {figures['bare_sdk_tasks_per_s']:>8} tasks/s")
         print(f"ratio kernel / bare:   {figures['ratio']}")

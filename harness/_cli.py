@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         from ._bench import bench_kernel
 
-        return bench_kernel(tasks=args.tasks, as_json=args.json)
+        return bench_kernel(tasks=args.tasks, rounds=args.rounds, as_json=args.json)
     parser.print_help(sys.stderr)
     return 2
 
@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure the kernel against a bare SDK client")
     bench.add_argument("what", choices=["kernel"], help="what to measure")
     bench.add_argument("--tasks", type=int, default=300, help="tasks per side (default 300)")
+    bench.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     return parser
 

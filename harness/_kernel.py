@@ -135,7 +135,7 @@ class Kernel:
         self.interactive_handler = interactive_handler
         self.transcript_path = transcript_path or default_transcript_path(config)
         self.observer = observer
-        self.status: dict[str, Any] = {"state": "new"}
+        self._status: dict[str, Any] = {"state": "new"}
         self._steering: list[str] = []
         self._cancel_requested = False
         self._cancel_event: asyncio.Event | None = None
@@ -147,6 +147,12 @@ class Kernel:
         self._init: InitializeResponse | None = None
         self._git_dir: Path | None = None
         self._last_session: str | None = None
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The loop status: state, current task and iteration, and the rule ids that decided its requests."""
+        rule_ids = list(self._client.rule_ids) if self._client is not None else []
+        return {**self._status, "rule_ids": rule_ids}
 
     def __repr__(self) -> str:
         status = ", ".join(f"{k}={v}" for k, v in self.status.items())
@@ -198,7 +204,7 @@ class Kernel:
             rules=[r.id for r in self.config.policy.rules],
         )
         tasks: list[TaskResult] = []
-        self.status = {"state": "running", "mode": mode}
+        self._status = {"state": "running", "mode": mode}
         try:
             stop = await self._run(tasks, task_id=task_id, prompt=prompt)
         except asyncio.CancelledError:
@@ -215,7 +221,7 @@ class Kernel:
     def _finish(self, stop: Stop, tasks: list[TaskResult]) -> RunResult:
         assert self._transcript is not None
         result = RunResult(stop, tasks, self.transcript_path)
-        self.status = {"state": "ended", "terminal": stop.terminal.value}
+        self._status = {"state": "ended", "terminal": stop.terminal.value}
         self._transcript.record(
             "terminal",
             terminal=stop.terminal.value,
@@ -444,7 +450,7 @@ class Kernel:
 
     async def _run_task(self, task: Task) -> TaskResult:
         assert self._transcript is not None and self._client is not None
-        self.status = {"state": "running", "task": task.id, "iteration": 0}
+        self._status = {"state": "running", "task": task.id, "iteration": 0}
         self._transcript.record("task_start", task={"id": task.id, "title": task.title})
         self._client.begin_task()
         first = _task_prompt(self.config.role.prompt, task)
@@ -494,7 +500,7 @@ class Kernel:
                 if self._cancel_requested:
                     return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn_boundary"}), iterations
                 iterations += 1
-                self.status = {"state": "running", "task": task.id if task else None, "iteration": iterations}
+                self._status = {"state": "running", "task": task.id if task else None, "iteration": iterations}
                 text, kind = self._with_steering(text, kind)
                 turn, outcome = await self._turn(session_id, text, kind=kind, iteration=iterations)
                 if isinstance(outcome, Stop):

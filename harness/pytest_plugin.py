@@ -54,6 +54,16 @@ def scripted_scenario_fixture(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
+@pytest.fixture(name="scripted_agent")
+def scripted_agent_fixture(scripted_scenario: Callable[..., Path]) -> Callable[..., list[str]]:
+    """The command line of a scripted agent playing a scenario (a dict), for any ACP client."""
+
+    def command(data: dict[str, Any], name: str = "agent-scenario.yaml") -> list[str]:
+        return testing.scripted_agent_command(scripted_scenario(data, name))
+
+    return command
+
+
 @pytest.fixture(name="harness_config")
 def harness_config_fixture(tmp_path: Path, harness_workspace: testing.Workspace) -> Callable[..., Path]:
     """Write a run config for the scripted agent on `scenario`; keywords as `testing.loop_config`."""

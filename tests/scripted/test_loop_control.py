@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from harness import Terminal, read_transcript
@@ -151,3 +153,44 @@ def test_each_task_gets_its_own_session_on_one_agent_process(scripted_scenario, 
     assert len([r for r in records if r["type"] == "agent_start"]) == 1
     sessions = [r["msg"]["params"]["_meta"]["loopHarness"]["taskId"] for r in rpc(records, "out", "session/new")]
     assert sessions == ["T1", "T2", "T3"]
+
+
+def test_steering_from_another_thread(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(
+        scenario({"T1": [turn({"message": "working"}, stop="max_tokens"), write_turn("src/a.txt", "a\n", commit="T1")]})
+    )
+    kernel = {}
+
+    def steer_from_a_thread(record):
+        if record["type"] == "rpc" and "working" in str(record["msg"]):
+            worker = threading.Thread(target=kernel["k"].steer, args=("from the operator's thread",))
+            worker.start()
+            worker.join()
+
+    result = run_loop(harness_config(path), setup=lambda k: kernel.setdefault("k", k), observer=steer_from_a_thread)
+
+    prompts = rpc(read_transcript(result.transcript), "out", "session/prompt")
+    assert "from the operator's thread" in prompts[1]["msg"]["params"]["prompt"][0]["text"]
+    assert result.terminal is Terminal.IDLE
+
+
+def test_the_loop_status_carries_the_rule_ids(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
+    seen = []
+    kernel = {}
+
+    def watch(record):
+        if record["type"] == "policy":
+            seen.append(kernel["k"].status)
+
+    run_loop(harness_config(path), setup=lambda k: kernel.setdefault("k", k), observer=watch)
+
+    assert seen[-1]["state"] == "running" and seen[-1]["task"] == "T1" and seen[-1]["iteration"] == 1
+    assert [s["rule_ids"] for s in seen] == [
+        ["write-src"],
+        ["write-src"],
+        ["write-src", "read-all"],
+        ["write-src", "read-all", "git"],
+    ]
+    assert kernel["k"].status["state"] == "ended"
+    assert "state=ended" in repr(kernel["k"])

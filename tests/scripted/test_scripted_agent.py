@@ -137,3 +137,16 @@ def test_a_bad_scenario_file_exits_2(tmp_path):
     done = subprocess.run([sys.executable, "-m", "scripted_agents", str(bad)], capture_output=True, text=True)
     assert done.returncode == 2
     assert "unknown step 'teleport'" in done.stderr
+
+
+def test_the_scripted_agent_fixture_gives_a_command_any_client_can_run(scripted_agent):
+    command = scripted_agent(scenario({None: [turn({"message": "hi"})]}))
+    done = subprocess.run(
+        command,
+        input=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert json.loads(done.stdout.splitlines()[0])["result"]["protocolVersion"] == 1
+    assert done.returncode == 0
