@@ -17,8 +17,9 @@ from ._exceptions import (
     HostUnavailable,
     RateLimited,
 )
-from ._kernel import CONTINUE_PROMPT, STANDING_PROMPT, Kernel, RunResult, TaskResult
+from ._kernel import CONTINUE_PROMPT, STANDING_PROMPT, Kernel
 from ._policy import Policy, Verdict
+from ._results import RunResult, TaskResult
 from ._terminals import EXIT_CODE, Stop, Terminal
 from ._transcript import Transcript, read_transcript
 from .queues import MemoryQueueProvider, QueueProvider, Task

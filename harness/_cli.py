@@ -20,7 +20,8 @@ from typing import Any
 
 from ._config import load_config
 from ._exceptions import ConfigError
-from ._kernel import Kernel, RunResult
+from ._kernel import Kernel
+from ._results import RunResult
 
 __all__ = ["main"]
 

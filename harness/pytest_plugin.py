@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from . import testing
-from ._kernel import RunResult
+from ._results import RunResult
 
 __all__ = ["LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SOAK", "MARKERS"]
 

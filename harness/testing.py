@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 
 from ._config import load_config
-from ._kernel import Kernel, RunResult
+from ._kernel import Kernel
+from ._results import RunResult
 from ._transcript import read_transcript
 
 __all__ = [

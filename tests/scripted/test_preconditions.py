@@ -54,14 +54,19 @@ def test_dirty_tree(one_task, harness_config, run_loop, harness_workspace):
     assert result.reason["changes"] == [".M README.md"]
 
 
-def test_rebase_in_progress(one_task, harness_config, run_loop, harness_workspace):
-    ws = harness_workspace
+def diverge(ws):
+    """A `topic` branch and `main` (pushed) that both edit README.md: they conflict."""
     ws.git("checkout", "-q", "-b", "topic")
     ws.commit("topic edit", {"README.md": "topic\n"})
     ws.git("checkout", "-q", "main")
     ws.commit("main edit", {"README.md": "main\n"}, push=True)
+
+
+def test_rebase_in_progress(one_task, harness_config, run_loop, harness_workspace):
+    ws = harness_workspace
+    diverge(ws)
     ws.git("checkout", "-q", "topic")
-    assert ws.git("rebase", "main", check=False) is not None  # stops on the conflict
+    ws.git("rebase", "main", check=False)  # stops on the conflict
     assert (ws.path / ".git" / "rebase-merge").is_dir()
 
     result = run_loop(harness_config(one_task))
@@ -71,11 +76,9 @@ def test_rebase_in_progress(one_task, harness_config, run_loop, harness_workspac
 
 def test_merge_in_progress(one_task, harness_config, run_loop, harness_workspace):
     ws = harness_workspace
-    ws.git("checkout", "-q", "-b", "topic")
-    ws.commit("topic edit", {"README.md": "topic\n"})
-    ws.git("checkout", "-q", "main")
-    ws.commit("main edit", {"README.md": "main\n"}, push=True)
-    ws.git("merge", "topic", check=False)
+    diverge(ws)
+    ws.git("merge", "topic", check=False)  # stops on the conflict
+    assert (ws.path / ".git" / "MERGE_HEAD").exists()
     result = run_loop(harness_config(one_task))
     assert_blocked_before_agent(result, "git_edit_session")
     assert result.reason["session"] == "merge"

@@ -1,0 +1,208 @@
+"""One agent process and its ACP connection, with every fault mapped to a `Failed` stop.
+
+The kernel asks the link to start the agent, open sessions and play prompt
+turns; the link owns what can go wrong on the way: a crash (exit status and
+stderr tail), broken framing, an error answer, a malformed answer, a hung
+request, a turn deadline or a user's cancel (session/cancel, parked
+permissions answered `cancelled`, a grace period, then the process group is
+killed), and a shutdown that ends grandchildren too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+from acp import PROTOCOL_VERSION, RequestError, text_block
+from acp.client.connection import ClientSideConnection
+from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation, InitializeResponse
+
+from ._client import KernelClient
+from ._config import AgentConfig, LimitsConfig
+from ._terminals import Stop, Terminal
+from ._transcript import Transcript
+from ._transport import AgentProcess, agent_environment
+
+__all__ = ["VERSION", "AgentLink"]
+
+VERSION = "0.1.0"
+
+
+class AgentLink:
+    def __init__(
+        self,
+        agent: AgentConfig,
+        limits: LimitsConfig,
+        *,
+        cwd: Path,
+        transcript: Transcript,
+        client: KernelClient,
+    ) -> None:
+        self.agent = agent
+        self.limits = limits
+        self.cwd = cwd
+        self.transcript = transcript
+        self.client = client
+        self.process: AgentProcess | None = None
+        self._conn: ClientSideConnection | None = None
+        self._init: InitializeResponse | None = None
+        self._last_session: str | None = None
+
+    async def start(self) -> Stop | None:
+        """Spawn the agent and `initialize`; a Stop if that fails."""
+        try:
+            self.process = await AgentProcess.spawn(
+                self.agent.command,
+                cwd=str(self.cwd),
+                env=agent_environment(self.agent.env),
+                transcript=self.transcript,
+            )
+        except OSError as exc:
+            return Stop(Terminal.FAILED, {"kind": "agent_start_failed", "argv": self.agent.command, "error": str(exc)})
+        self._conn = ClientSideConnection(self.client, self.process)
+        capabilities = ClientCapabilities(
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
+        )
+        initialize = self._conn.initialize(
+            protocol_version=PROTOCOL_VERSION,
+            client_capabilities=capabilities,
+            client_info=Implementation(name="loop-harness", version=VERSION),
+        )
+        outcome = await self._request(initialize, "initialize")
+        if isinstance(outcome, Stop):
+            return outcome
+        self._init = outcome
+        if outcome.protocol_version != PROTOCOL_VERSION:
+            return Stop(
+                Terminal.FAILED,
+                {"kind": "protocol_version", "expected": PROTOCOL_VERSION, "got": outcome.protocol_version},
+            )
+        return None
+
+    async def new_session(self, cwd: Path, meta: dict[str, Any]) -> str | Stop:
+        """Open a session (one per task); its id, or a Stop."""
+        assert self._conn is not None
+        outcome = await self._request(self._conn.new_session(cwd=str(cwd), mcp_servers=[], **meta), "session/new")
+        if isinstance(outcome, Stop):
+            return outcome
+        self._last_session = outcome.session_id
+        return outcome.session_id
+
+    async def prompt(self, session_id: str, text: str, *, cancel: asyncio.Event) -> str | Stop:
+        """One `session/prompt` round: the agent's stop reason, or a Stop for a fault, deadline or cancel."""
+        assert self._conn is not None and self.process is not None
+        prompt = asyncio.ensure_future(self._conn.prompt(session_id=session_id, prompt=[text_block(text)]))
+        await self._wait_or_exit(prompt, cancel.wait(), timeout=self.limits.turn_timeout_s)
+        if prompt.done():
+            return await self._outcome(prompt, "session/prompt", lambda r: str(r.stop_reason))
+        if self.process.exited.is_set():  # dead, with its stdout held open by a grandchild
+            await _discard(prompt)
+            return await self.failure()
+        why = "user_cancel" if cancel.is_set() else "turn_timeout"
+        agent_stop, killed = await self._cancel_turn(session_id, prompt)
+        self.transcript.record("turn_cancelled", why=why, agent_stop_reason=agent_stop, killed=killed)
+        detail = {"agent_stop_reason": agent_stop, "killed": killed}
+        if why == "user_cancel":
+            return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn", **detail})
+        return Stop(Terminal.FAILED, {"kind": "turn_timeout", "timeout_s": self.limits.turn_timeout_s, **detail})
+
+    async def failure(self) -> Stop:
+        """The agent is gone: name the framing error, or the exit status and stderr tail."""
+        process = self.process
+        assert process is not None
+        if process.failure is not None:
+            return Stop(Terminal.FAILED, {**process.failure, "stderr_tail": process.stderr_tail()})
+        status = await process.wait_exit(3.0)
+        reason: dict[str, Any] = {"kind": "agent_exited", "exit_status": status, "stderr_tail": process.stderr_tail()}
+        if status is None:
+            reason["detail"] = "the agent closed stdout but kept running"
+        return Stop(Terminal.FAILED, reason)
+
+    async def close(self) -> None:
+        """session/close where supported, close the connection, then stop the process group."""
+        process = self.process
+        if (
+            self._conn is not None
+            and process is not None
+            and not (process.disconnected.is_set() or process.exited.is_set())
+        ):
+            await self._close_last_session()
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+        if process is not None:
+            await process.stop(grace=2.0)
+
+    # --- internals -----------------------------------------------------------------------------
+
+    async def _request(self, awaitable: Awaitable[Any], what: str) -> Any:
+        """A setup request (initialize, session/new) within init_timeout_s: its answer, or a Stop."""
+        assert self.process is not None
+        request = asyncio.ensure_future(awaitable)
+        await self._wait_or_exit(request, timeout=self.limits.init_timeout_s)
+        if request.done():
+            return await self._outcome(request, what, lambda answer: answer)
+        await _discard(request)
+        if self.process.exited.is_set():
+            return await self.failure()
+        return Stop(
+            Terminal.FAILED, {"kind": "agent_timeout", "request": what, "timeout_s": self.limits.init_timeout_s}
+        )
+
+    async def _outcome(self, request: asyncio.Future[Any], what: str, value: Any) -> Any:
+        try:
+            return value(request.result())
+        except ConnectionError:
+            return await self.failure()
+        except RequestError as exc:
+            return Stop(
+                Terminal.FAILED,
+                {"kind": "agent_error", "request": what, "code": exc.code, "message": str(exc), "data": exc.data},
+            )
+        except ValueError as exc:  # the SDK's validation of a malformed answer
+            return Stop(Terminal.FAILED, {"kind": "protocol_error", "request": what, "error": str(exc)[:500]})
+
+    async def _wait_or_exit(self, future: asyncio.Future[Any], *also: Awaitable[Any], timeout: float) -> None:
+        """Wait for `future`, for any of `also`, for the agent process to exit, or for `timeout`."""
+        assert self.process is not None
+        watchers = [asyncio.ensure_future(a) for a in (*also, self.process.exited.wait())]
+        try:
+            await asyncio.wait({future, *watchers}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+
+    async def _cancel_turn(self, session_id: str, prompt: asyncio.Future[Any]) -> tuple[str | None, bool]:
+        """session/cancel, answer parked permissions `cancelled`, wait the grace, then kill the group."""
+        assert self._conn is not None and self.process is not None
+        self.client.cancel_pending()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._conn.cancel(session_id=session_id), 1.0)
+        done, _ = await asyncio.wait({prompt}, timeout=self.limits.cancel_grace_s)
+        if done:
+            try:
+                return str(prompt.result().stop_reason), False
+            except Exception as exc:  # an error after a cancel counts as cancelled
+                return f"error: {type(exc).__name__}", False
+        self.process.kill_group()
+        await _discard(prompt)
+        return None, True
+
+    async def _close_last_session(self) -> None:
+        """`session/close` where the agent supports it: some agents exit only then."""
+        caps = self._init.agent_capabilities if self._init else None
+        sessions = caps.session_capabilities if caps else None
+        if self._last_session is None or sessions is None or sessions.close is None:
+            return
+        assert self._conn is not None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._conn.close_session(session_id=self._last_session), 2.0)
+
+
+async def _discard(future: asyncio.Future[Any]) -> None:
+    future.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await future
