@@ -31,6 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
+    if args.command == "agent":
+        from .inference import serve
+
+        return serve(
+            model=args.model, seed=args.seed, threads=args.threads, max_tokens=args.max_tokens, max_steps=args.max_steps
+        )
+    if args.command == "models":
+        from ._models_cli import models_command
+
+        return models_command(args.action, args.name)
     if args.command == "bench":
         from ._bench import bench_kernel
 
@@ -51,6 +61,20 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--prompt", metavar="TEXT", help="run one prompt with no queue (ends EndTurn)")
     run.add_argument("--transcript", type=Path, metavar="PATH", help="write the JSONL transcript here")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+    agent = commands.add_parser("agent", help="serve an agent on stdio (ACP)")
+    agent.add_argument("which", choices=["inference"], help="the local llama.cpp agent")
+    agent.add_argument("--model", metavar="NAME", help="a model in models.lock (default: its default)")
+    agent.add_argument("--seed", type=int, default=42, help="sampling seed (default 42)")
+    agent.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
+    agent.add_argument("--max-tokens", type=int, default=512, help="token budget per prompt turn (default 512)")
+    agent.add_argument("--max-steps", type=int, default=6, help="model steps per prompt turn (default 6)")
+
+    models = commands.add_parser("models", help="the pinned models in models.lock")
+    models.add_argument(
+        "action", choices=["fetch", "verify", "path"], help="fetch+verify, verify the cache, print the path"
+    )
+    models.add_argument("name", nargs="?", help="a model in models.lock (default: its default)")
 
     bench = commands.add_parser("bench", help="measure the kernel against a bare SDK client")
     bench.add_argument("what", choices=["kernel"], help="what to measure")

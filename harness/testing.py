@@ -83,6 +83,7 @@ class Workspace:
 
 def make_workspace(root: Path, *, files: Mapping[str, str] | None = None, ignore: Sequence[str] = ()) -> Workspace:
     """Create `root/origin.git` (bare) and `root/workspace` (pushed to it, upstream set)."""
+    root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     origin = root / "origin.git"
     path = root / "workspace"

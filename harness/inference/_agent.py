@@ -1,0 +1,241 @@
+"""The inference agent: an ACP agent (official SDK) whose actions go through the client.
+
+Each prompt turn is a loop of model steps. A tool call becomes ACP: a
+`tool_call` update, a `session/request_permission`, then `fs/read_text_file`,
+`fs/write_text_file` or `terminal/*` carried out by the client, so the
+client's policy governs the model exactly as it governs any agent. The turn
+ends `end_turn` when the model answers in text, calls `finish`, repeats its
+last call, or is refused; `max_tokens` when the turn's token budget is spent;
+`max_turn_requests` after too many model steps; `cancelled` on session/cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from acp import RequestError
+from acp.schema import (
+    AgentCapabilities,
+    Implementation,
+    InitializeResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    ToolCallLocation,
+    ToolCallUpdate,
+    Usage,
+)
+
+from ._model import LocalModel, ModelStep
+from ._prompting import ACTION_TOOLS, SYSTEM_PROMPT, render_chatml
+
+__all__ = ["InferenceAgent"]
+
+TOOL_KIND = {"write_file": "edit", "read_file": "read", "run_command": "execute"}
+OPTIONS = [
+    PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+    PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+]
+KEEP_MESSAGES = 12  # besides the system prompt and the task: older steps are dropped from the prompt
+
+
+@dataclass
+class _Session:
+    cwd: str
+    messages: list[dict[str, str]] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class InferenceAgent:
+    def __init__(self, model: LocalModel, *, max_tokens: int = 512, max_steps: int = 6) -> None:
+        self.model = model
+        self.max_tokens = max_tokens  # per prompt turn
+        self.max_steps = max_steps  # model steps per prompt turn
+        self.sessions: dict[str, _Session] = {}
+        self._conn: Any = None
+        self._caps: Any = None
+        self._calls = 0
+
+    def on_connect(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def initialize(self, protocol_version: int, client_capabilities: Any = None, **kwargs: Any) -> Any:
+        self._caps = client_capabilities
+        return InitializeResponse(
+            protocol_version=1,
+            agent_capabilities=AgentCapabilities(load_session=False),
+            agent_info=Implementation(name="loop-harness-inference", version="0.1.0"),
+        )
+
+    async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
+        session_id = f"sess_{uuid.uuid4().hex[:12]}"
+        self.sessions = {session_id: _Session(cwd)}  # one live session at a time: forget finished ones
+        return NewSessionResponse(session_id=session_id)
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        if session := self.sessions.get(session_id):
+            session.cancel.set()
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("authenticate")
+
+    async def load_session(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("session/load")
+
+    async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise RequestError.invalid_params({"sessionId": "unknown session"})
+        session.cancel.clear()
+        text = "".join(getattr(block, "text", "") for block in prompt)
+        if not session.messages:
+            session.messages.append({"role": "system", "content": SYSTEM_PROMPT})
+        session.messages.append({"role": "user", "content": text})
+        timings = {"ttftSeconds": 0.0, "decodeSeconds": 0.0, "decodeTokens": 0, "steps": 0}
+        stop_reason = await self._turn(session_id, session, timings)
+        return PromptResponse(
+            stop_reason=stop_reason,
+            usage=Usage(
+                input_tokens=session.input_tokens,
+                output_tokens=session.output_tokens,
+                total_tokens=session.input_tokens + session.output_tokens,
+            ),
+            field_meta={"loopHarness": {"modelLoads": self.model.loads, "pid": os.getpid(), **timings}},
+        )
+
+    async def _turn(self, session_id: str, session: _Session, timings: dict[str, Any]) -> str:
+        budget = self.max_tokens
+        previous: tuple[str | None, str] | None = None
+        for _ in range(self.max_steps):
+            prompt = render_chatml(_window(session.messages))
+            step: ModelStep = await asyncio.to_thread(self.model.step, prompt, max_tokens=budget, cancel=session.cancel)
+            budget -= step.completion_tokens
+            session.input_tokens += step.prompt_tokens
+            session.output_tokens += step.completion_tokens
+            timings["ttftSeconds"] += step.ttft_s
+            timings["decodeSeconds"] += step.decode_s
+            timings["decodeTokens"] += step.completion_tokens
+            timings["steps"] += 1
+            await self._update(session_id, {"sessionUpdate": "usage_update", "used": step.prompt_tokens,
+                                            "size": self.model.n_ctx})  # fmt: skip
+            if step.kind == "cancelled":
+                return "cancelled"
+            if step.kind == "length":
+                return "max_tokens"
+            if step.kind == "message" or step.tool == "finish":
+                said = step.text if step.kind == "message" else step.arguments.get("summary", "")
+                session.messages.append({"role": "assistant", "content": f"message:\n{said}"})
+                await self._say(session_id, said or "(done)")
+                return "end_turn"
+            call = (step.tool, step.raw_arguments)
+            if call == previous:  # repeating itself: a small model's loop, not progress
+                await self._say(session_id, f"I already called {step.tool} with these arguments; stopping here.")
+                return "end_turn"
+            previous = call
+            session.messages.append({"role": "assistant", "content": f"functions.{step.tool}:\n{step.raw_arguments}"})
+            outcome, result = await self._act(session_id, session, step)
+            if outcome != "ok":
+                return outcome
+            session.messages.append({"role": "user", "content": f"Result of {step.tool}: {result}"})
+        return "max_turn_requests"
+
+    async def _act(self, session_id: str, session: _Session, step: ModelStep) -> tuple[str, str]:
+        """Carry out an action tool through the client: ("ok", result), or a stop reason."""
+        assert step.tool in ACTION_TOOLS
+        self._calls += 1
+        call_id = f"call_{self._calls}"
+        args = step.arguments
+        if step.tool == "run_command":
+            raw_input: dict[str, Any] = {"command": ["bash", "-lc", args["command"]], "cwd": session.cwd}
+            title, locations = args["command"], None
+        else:
+            path = os.path.join(session.cwd, args["path"])
+            raw_input = {"path": path, **({"content": args["content"]} if "content" in args else {})}
+            title, locations = f"{step.tool} {args['path']}", [ToolCallLocation(path=path)]
+        kind = TOOL_KIND[step.tool]
+        call = {"toolCallId": call_id, "title": title, "kind": kind, "status": "pending", "rawInput": raw_input}
+        if locations:
+            call["locations"] = [{"path": loc.path} for loc in locations]
+        await self._update(session_id, {"sessionUpdate": "tool_call", **call})
+        answer = await self._conn.request_permission(
+            session_id=session_id,
+            tool_call=ToolCallUpdate(tool_call_id=call_id, title=title, kind=kind, raw_input=raw_input,
+                                     locations=locations),
+            options=OPTIONS,
+        )  # fmt: skip
+        outcome = answer.outcome
+        if outcome.outcome == "cancelled" or session.cancel.is_set():
+            await self._status(session_id, call_id, "failed")
+            return "cancelled", ""
+        if outcome.option_id != "allow":
+            await self._status(session_id, call_id, "failed")
+            await self._say(session_id, f"The client refused {title}; stopping.")
+            return "end_turn", ""
+        await self._status(session_id, call_id, "in_progress")
+        try:
+            result = await self._perform(session_id, session, step.tool, args, raw_input)
+        except RequestError as exc:
+            await self._status(session_id, call_id, "failed")
+            await self._say(session_id, f"{title} failed: {exc}")
+            return "end_turn", ""
+        await self._update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id,
+                                        "status": "completed", "rawOutput": {"result": result[:2000]}})  # fmt: skip
+        return "ok", result[:1000]
+
+    async def _perform(self, session_id: str, session: _Session, tool: str, args: dict[str, Any],
+                       raw_input: dict[str, Any]) -> str:  # fmt: skip
+        fs = getattr(self._caps, "fs", None)
+        if tool == "write_file":
+            if not (fs and fs.write_text_file):
+                return "the client cannot write files"
+            await self._conn.write_text_file(session_id=session_id, path=raw_input["path"], content=args["content"])
+            return f"wrote {len(args['content'])} characters to {args['path']}"
+        if tool == "read_file":
+            if not (fs and fs.read_text_file):
+                return "the client cannot read files"
+            read = await self._conn.read_text_file(session_id=session_id, path=raw_input["path"])
+            return read.content
+        if not getattr(self._caps, "terminal", False):
+            return "the client cannot run commands"
+        created = await self._conn.create_terminal(
+            session_id=session_id, command="bash", args=["-lc", args["command"]], cwd=session.cwd,
+            output_byte_limit=4000,
+        )  # fmt: skip
+        terminal_id = created.terminal_id
+        try:
+            exited = await self._conn.wait_for_terminal_exit(session_id=session_id, terminal_id=terminal_id)
+            output = await self._conn.terminal_output(session_id=session_id, terminal_id=terminal_id)
+        finally:
+            await self._conn.release_terminal(session_id=session_id, terminal_id=terminal_id)
+        return f"exit {exited.exit_code}\n{output.output}"
+
+    async def _update(self, session_id: str, update: dict[str, Any]) -> None:
+        await self._conn.session_update(session_id=session_id, update=_update_model(update))
+
+    async def _status(self, session_id: str, call_id: str, status: str) -> None:
+        await self._update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status})
+
+    async def _say(self, session_id: str, text: str) -> None:
+        await self._update(
+            session_id, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+        )
+
+
+def _window(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The system prompt and the first task message, then the most recent messages."""
+    if len(messages) <= 2 + KEEP_MESSAGES:
+        return messages
+    return messages[:2] + messages[-KEEP_MESSAGES:]
+
+
+def _update_model(update: dict[str, Any]) -> Any:
+    from acp.schema import SessionNotification
+
+    return SessionNotification.model_validate({"sessionId": "_", "update": update}).update

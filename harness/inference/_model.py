@@ -1,0 +1,120 @@
+"""The local model: one `Llama` per process, loaded once, used by one generation at a time.
+
+`LocalModel.step` plays one grammar-constrained model step (a tool call or a
+message), streaming tokens so a cancel is honoured between tokens and a token
+budget ends the step as `length`. Greedy decoding (temperature 0) with a fixed
+seed and thread count makes a step reproducible; llama-cpp-python keeps the
+KV cache of the longest common prompt prefix, so each step of a session only
+evaluates what is new.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._prompting import TOOLS, head_grammar_text
+
+__all__ = ["LocalModel", "ModelStep"]
+
+
+@dataclass
+class ModelStep:
+    kind: str  # "tool", "message", "length" (token budget spent), "cancelled"
+    tool: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    raw_arguments: str = ""
+    text: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float = 0.0  # request to first token (prompt evaluation)
+    decode_s: float = 0.0  # first token to last token
+    trace: list[dict[str, Any]] = field(default_factory=list)  # the completions requested, for replay
+
+
+class LocalModel:
+    def __init__(self, path: Path, *, seed: int = 42, threads: int = 2, n_ctx: int = 4096) -> None:
+        from llama_cpp import Llama, LlamaGrammar
+
+        self._grammar = LlamaGrammar
+        self.llama = Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            seed=seed,
+            verbose=False,
+        )
+        self.seed = seed
+        self.n_ctx = n_ctx
+        self.loads = 1
+        self._lock = threading.Lock()  # a Llama is not thread-safe
+        self._head = LlamaGrammar.from_string(head_grammar_text(), verbose=False)
+        self._args = {name: LlamaGrammar.from_json_schema(json.dumps(t["parameters"]), verbose=False)
+                      for name, t in TOOLS.items()}  # fmt: skip
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.llama.tokenize(text.encode(), add_bos=False, special=True))
+
+    def step(self, prompt: str, *, max_tokens: int, cancel: threading.Event) -> ModelStep:
+        """One model step: a tool call with parsed arguments, or a message; within `max_tokens`."""
+        with self._lock:
+            step = ModelStep("message", prompt_tokens=self.count_tokens(prompt))
+            head = self._complete(step, prompt, grammar="head", max_tokens=min(16, max_tokens), cancel=cancel)
+            if step.kind in ("cancelled", "length"):
+                return step
+            budget = max_tokens - step.completion_tokens
+            if head.startswith("functions."):
+                step.kind, step.tool = "tool", head[len("functions.") : -1]
+                body = self._complete(step, f"{prompt}{head}\n", grammar=step.tool, max_tokens=budget, cancel=cancel)
+                step.raw_arguments = body
+                if step.kind == "tool":
+                    step.arguments = json.loads(body)
+            else:
+                step.text = self._complete(step, f"{prompt}{head}\n", grammar=None, max_tokens=budget, cancel=cancel)
+            return step
+
+    def _complete(
+        self, step: ModelStep, prompt: str, *, grammar: str | None, max_tokens: int, cancel: threading.Event
+    ) -> str:
+        if max_tokens <= 0:
+            step.kind = "length"
+            return ""
+        step.trace.append({"prompt": prompt, "grammar": grammar, "max_tokens": max_tokens})
+        compiled = None if grammar is None else self._head if grammar == "head" else self._args[grammar]
+        started = time.perf_counter()
+        first = last = None
+        text = []
+        stream = self.llama.create_completion(
+            prompt,
+            grammar=compiled,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            seed=self.seed,
+            stop=[":"] if grammar == "head" else ["<|im_end|>"],
+            stream=True,
+        )
+        finish = None
+        for chunk in stream:
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            choice = chunk["choices"][0]
+            text.append(choice["text"])
+            step.completion_tokens += 1
+            finish = choice.get("finish_reason") or finish
+            if cancel.is_set():
+                stream.close()  # stop between tokens
+                step.kind = "cancelled"
+                break
+        if first is not None and last is not None:
+            step.ttft_s += first - started
+            step.decode_s += last - first
+        if finish == "length" and step.kind != "cancelled":
+            step.kind = "length"
+        out = "".join(text)
+        return out + ":" if grammar == "head" and out and not out.endswith(":") else out
