@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference]'
 	touch $(STAMP)
 
 test: $(STAMP)

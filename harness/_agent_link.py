@@ -50,6 +50,7 @@ class AgentLink:
         self._conn: ClientSideConnection | None = None
         self._init: InitializeResponse | None = None
         self._last_session: str | None = None
+        self.last_usage: dict[str, Any] | None = None  # the agent's cumulative token usage for the session
 
     async def start(self) -> Stop | None:
         """Spawn the agent and `initialize`; a Stop if that fails."""
@@ -89,6 +90,7 @@ class AgentLink:
         if isinstance(outcome, Stop):
             return outcome
         self._last_session = outcome.session_id
+        self.last_usage = None
         return outcome.session_id
 
     async def prompt(self, session_id: str, text: str, *, cancel: asyncio.Event) -> str | Stop:
@@ -97,7 +99,7 @@ class AgentLink:
         prompt = asyncio.ensure_future(self._conn.prompt(session_id=session_id, prompt=[text_block(text)]))
         await self._wait_or_exit(prompt, cancel.wait(), timeout=self.limits.turn_timeout_s)
         if prompt.done():
-            return await self._outcome(prompt, "session/prompt", lambda r: str(r.stop_reason))
+            return await self._outcome(prompt, "session/prompt", self._stop_reason)
         if self.process.exited.is_set():  # dead, with its stdout held open by a grandchild
             await _discard(prompt)
             return await self.failure()
@@ -108,6 +110,15 @@ class AgentLink:
         if why == "user_cancel":
             return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn", **detail})
         return Stop(Terminal.FAILED, {"kind": "turn_timeout", "timeout_s": self.limits.turn_timeout_s, **detail})
+
+    def _stop_reason(self, response: Any) -> str:
+        # Token usage (and what the agent reports in _meta) goes on the record for the task.
+        if response.usage is not None or response.field_meta:
+            usage = response.usage.model_dump(by_alias=True, exclude_none=True) if response.usage else None
+            self.transcript.record("usage", usage=usage, meta=response.field_meta)
+            if usage:
+                self.last_usage = usage
+        return str(response.stop_reason)
 
     async def failure(self) -> Stop:
         """The agent is gone: name the framing error, or the exit status and stderr tail."""

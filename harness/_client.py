@@ -332,8 +332,9 @@ class KernelClient:
 
 def _describe(target: Mapping[str, Any]) -> dict[str, Any]:
     """The few fields that say what a request was about (not its whole payload)."""
+    renamed = {"title": "tool", "kind": "tool_kind"}  # `kind` is the reason's own key
     keys = ("toolCallId", "title", "kind", "path", "command", "args", "cwd", "terminalId", "bytes")
-    return {k: target[k] for k in keys if k in target and target[k] is not None}
+    return {renamed.get(k, k): target[k] for k in keys if k in target and target[k] is not None}
 
 
 def _pick(options: list[PermissionOption], kinds: tuple[str, ...]) -> PermissionOption | None:

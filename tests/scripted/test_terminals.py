@@ -106,7 +106,9 @@ def test_blocked_policy_on_an_unmatched_request(scripted_scenario, harness_confi
     result = run_loop(harness_config(path))
 
     assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["kind"] == "policy_refusal"
     assert result.reason["source"] == "session/request_permission"
+    assert (result.reason["tool"], result.reason["tool_kind"]) == ("Write docs/notes.md", "edit")
     assert result.reason["rule_id"] is None
     assert result.reason["refusal"] == {"kind": "unmatched", "rule_kind": "write", "target": "docs/notes.md"}
     assert not (harness_workspace.path / "docs/notes.md").exists()

@@ -1,0 +1,54 @@
+"""LoopInference wiring: configs that bind the kernel to the real inference agent."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness import testing
+
+WRITE_OUT = [
+    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    {"id": "write-out", "kind": "write", "paths": ["out/**"], "decision": "allow"},
+    {"id": "inspect", "kind": "execute", "commands": ["ls", "ls *", "cat *", "git status*", "git log*"],
+     "decision": "allow"},
+]  # fmt: skip
+
+
+def inference_threads() -> int:
+    """CPU threads per agent: the cores shared among pytest-xdist workers (oversubscribed llama.cpp
+    threads spin against each other and run many times slower)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, (os.cpu_count() or 2) // workers)
+
+
+@pytest.fixture(name="inference_workspace")
+def inference_workspace_fixture(tmp_path):
+    """A workspace whose out/ is ignored by git, so the model's files leave the tree clean."""
+    return testing.make_workspace(tmp_path / "ws", ignore=["out/"])
+
+
+@pytest.fixture(name="inference_config")
+def inference_config_fixture(tmp_path, harness_model, inference_workspace):
+    """Write a run config binding the kernel to the inference agent (the model is resolved first)."""
+
+    def write(tasks, *, rules=WRITE_OUT, seed=42, name="loop.yaml", workspace=None, agent_args=(), **options):
+        workspace = workspace or inference_workspace
+        config = {
+            "workspace": str(workspace.path),
+            "agent": {
+                "command": [*testing.inference_agent_command(seed=seed, threads=inference_threads()), *agent_args],
+                "supports_permission_requests": True,
+                "env": testing.inference_agent_env(),
+            },
+            "policy": {"rules": rules},
+            "queue": {"tasks": tasks},
+            # a prompt evaluation is one uninterruptible llama_decode: the grace must cover it
+            "limits": {"max_iterations": 4, "turn_timeout_s": 300, "cancel_grace_s": 30, **options.pop("limits", {})},
+            "transcripts": str(tmp_path / "transcripts"),
+            **options,
+        }
+        return testing.write_yaml(tmp_path / name, config)
+
+    return write

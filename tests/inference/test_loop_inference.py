@@ -1,0 +1,191 @@
+"""LoopInference: the kernel drives the real inference agent on the pinned model (CPU llama.cpp)
+and the run keeps the invariants an unattended loop depends on."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jsonschema
+import psutil
+import pytest
+
+from harness import Terminal, read_transcript
+from harness.inference._prompting import TOOLS
+from harness.pytest_plugin import LOOP_INFERENCE
+from harness.testing import make_workspace
+
+pytestmark = LOOP_INFERENCE
+
+THREE_TASKS = [
+    {"id": "T1", "title": "Write a greeting", "body": "Create the file out/hello.txt containing the word hello."},
+    {"id": "T2", "title": "Write a farewell", "body": "Create the file out/bye.txt containing the word goodbye."},
+    {"id": "T3", "title": "Write a note", "body": "Create the file out/note.txt containing the word note."},
+]
+#: Agent RSS may grow this much from the end of the first task to the end of the last (measured: 3-36 MiB
+#: over 3-8 tasks at 330-350 MiB; a second model load would add ~100 MiB). The KV cache and
+#: buffers are allocated at load; what grows after that is Python-side history and allocator slack).
+RSS_GROWTH_BOUND = 64 << 20
+
+
+def records_of(result, kind):
+    return [r for r in read_transcript(result.transcript) if r["type"] == kind]
+
+
+def incoming(result, method):
+    return [r["msg"] for r in records_of(result, "rpc") if r["dir"] == "in" and r["msg"].get("method") == method]
+
+
+def test_three_tasks_on_one_agent_process(inference_config, run_loop):
+    rss = []
+
+    def sample(record):
+        if record["type"] == "agent_start":
+            rss.append(psutil.Process(record["pid"]))
+        elif record["type"] == "task_end":
+            rss.append(rss[0].memory_info().rss)
+
+    result = run_loop(inference_config(THREE_TASKS), observer=sample)
+
+    # every run and task ends in a typed terminal within max_iterations
+    assert isinstance(result.terminal, Terminal)
+    assert len(result.tasks) >= 1
+    assert all(isinstance(t.terminal, Terminal) and 1 <= t.iterations <= 4 for t in result.tasks)
+    assert not records_of(result, "framing_error")
+
+    # the model is loaded once, in one process, and reports positive usage every turn
+    usage = records_of(result, "usage")
+    assert len(usage) >= len(result.tasks)
+    assert {u["meta"]["loopHarness"]["pid"] for u in usage} == {rss[0].pid}
+    assert {u["meta"]["loopHarness"]["modelLoads"] for u in usage} == {1}
+    assert all(u["usage"]["inputTokens"] > 0 and u["usage"]["outputTokens"] > 0 for u in usage)
+    assert all(t.tokens and t.tokens["totalTokens"] > 0 for t in result.tasks)
+
+    # the agent's memory is bounded across tasks
+    if len(result.tasks) >= 3:
+        growth = rss[-1] - rss[1]
+        assert growth <= RSS_GROWTH_BOUND, f"agent RSS grew {growth >> 20} MiB over {len(result.tasks)} tasks"
+
+
+def test_tool_calls_validate_and_every_permission_is_decided_by_a_rule(inference_config, run_loop):
+    result = run_loop(inference_config(THREE_TASKS[:2]))
+
+    calls = [m["params"]["update"] for m in incoming(result, "session/update")
+             if m["params"]["update"]["sessionUpdate"] == "tool_call"]  # fmt: skip
+    assert calls, "the model made no tool call: the category would be vacuous"
+    for call in calls:
+        made = call["_meta"]["loopHarness"]
+        jsonschema.validate(made["arguments"], TOOLS[made["tool"]]["parameters"])
+    decisions = [r for r in records_of(result, "policy") if r["source"] == "session/request_permission"]
+    assert len(decisions) == len(incoming(result, "session/request_permission"))
+    for decision in decisions:
+        if decision["decision"] == "allow":
+            assert decision["rule_ids"], decision
+        else:
+            assert result.terminal is Terminal.BLOCKED_POLICY
+
+
+def test_a_deny_rule_holds_against_the_real_model(inference_config, run_loop, inference_workspace):
+    rules = [
+        {"id": "write-out", "kind": "write", "paths": ["out/**"], "decision": "allow"},
+        {"id": "deny-secret", "kind": "write", "paths": ["out/secret*"], "decision": "deny"},
+    ]
+    task = {
+        "id": "T1",
+        "title": "Write the secret",
+        "body": "Create the file out/secret.txt containing the word hello.",
+    }
+    result = run_loop(inference_config([task], rules=rules))
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["rule_id"] == "deny-secret"
+    assert result.reason["refusal"]["target"] == "out/secret.txt"
+    assert not (inference_workspace.path / "out" / "secret.txt").exists()
+
+
+VOLATILE = {"seq", "t", "pid", "seconds", "ttftSeconds", "decodeSeconds", "argv", "transcript", "config"}
+
+
+def normalised(result, workspace):
+    """The transcript with times, ids, pids and paths taken out."""
+
+    def clean(value):
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if k not in VOLATILE}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, str):
+            value = value.replace(str(workspace), "<ws>")
+            return re.sub(r"sess_[0-9a-f]+", "<session>", value)
+        return value
+
+    return [clean(r) for r in read_transcript(result.transcript)]
+
+
+def test_the_same_seed_gives_the_same_transcript(inference_config, run_loop, tmp_path):
+    runs = []
+    for name in ("first", "second"):
+        workspace = make_workspace(tmp_path / name, ignore=["out/"])
+        config = inference_config(THREE_TASKS[:1], name=f"{name}.yaml", workspace=workspace)
+        runs.append(normalised(run_loop(config), workspace.path))
+    first, second = runs
+    assert [r["type"] for r in first] == [r["type"] for r in second]
+    assert first == second
+
+
+def test_a_cancel_is_honoured_between_tokens(inference_config, run_loop):
+    kernel = {}
+
+    def cancel_once_generating(record):
+        if record["type"] == "rpc" and record["msg"].get("method") == "session/prompt":
+            kernel["k"].cancel()
+
+    result = run_loop(inference_config(THREE_TASKS[:1]), setup=lambda k: kernel.setdefault("k", k),
+                      observer=cancel_once_generating)  # fmt: skip
+
+    assert result.terminal is Terminal.CANCELLED
+    assert result.reason["agent_stop_reason"] == "cancelled"
+    assert result.reason["killed"] is False
+
+
+def test_a_token_budget_maps_to_max_tokens(inference_config, run_loop):
+    config = inference_config(THREE_TASKS[:1], limits={"max_iterations": 2}, agent_args=["--max-tokens", "6"])
+
+    result = run_loop(config)
+
+    answers = [r["msg"]["result"] for r in records_of(result, "rpc")
+               if r["dir"] == "in" and "stopReason" in (r["msg"].get("result") or {})]  # fmt: skip
+    assert answers and {a["stopReason"] for a in answers} == {"max_tokens"}
+    assert result.terminal is Terminal.MAX_ITERATIONS
+
+
+def test_every_stdout_line_is_json_rpc(inference_config, run_loop):
+    result = run_loop(inference_config(THREE_TASKS[:1]))
+    exit_record = records_of(result, "agent_exit")[0]
+    lines = [r for r in records_of(result, "rpc") if r["dir"] == "in"]
+    assert lines and not records_of(result, "framing_error")
+    assert all(json.loads(json.dumps(r["msg"]))["jsonrpc"] == "2.0" for r in lines)
+    assert exit_record["status"] == 0
+
+
+@pytest.mark.parametrize("threads", [2])
+def test_the_agent_serves_any_acp_client(harness_model, threads, tmp_path):
+    """Spawned by hand (no kernel): initialize answers on stdout, llama.cpp writes only to stderr."""
+    import subprocess
+
+    from harness.testing import inference_agent_command, inference_agent_env
+
+    request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    done = subprocess.run(
+        inference_agent_command(threads=threads),
+        input=json.dumps(request) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**inference_agent_env(), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    lines = done.stdout.splitlines()
+    assert lines, done.stderr
+    for line in lines:
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert json.loads(lines[0])["result"]["agentInfo"]["name"] == "loop-harness-inference"
