@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test run bench lint demo-workspace clean
+.PHONY: test run run-scripted bench lint demo-workspace clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,15 @@ test: $(STAMP)
 	$(BIN)/pytest -n 2
 
 run: $(STAMP) demo-workspace
+	$(BIN)/loop-harness models fetch
+	$(BIN)/loop-harness run examples/inference-demo.yaml
+
+run-scripted: $(STAMP) demo-workspace
 	$(BIN)/loop-harness run examples/demo.yaml
 
 bench: $(STAMP)
 	$(BIN)/loop-harness bench kernel
+	$(BIN)/loop-harness bench inference
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -12,7 +12,8 @@ git config user.name "loop-harness demo"
 git config user.email "demo@loop-harness.invalid"
 git config commit.gpgsign false
 printf '# Demo workspace\n\nThe loop-harness demo agent works here.\n' > README.md
-git add README.md
+printf 'out/\n' > .gitignore   # the inference demo writes here: the tree stays clean between tasks
+git add README.md .gitignore
 git commit -q -m "initial commit"
 git remote add origin ../origin.git
 git push -q -u origin main

@@ -18,7 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from ._config import load_config
+from ._display import RunDisplay, summary_table
 from ._exceptions import ConfigError
 from ._kernel import Kernel
 from ._results import RunResult
@@ -35,16 +38,26 @@ def main(argv: list[str] | None = None) -> int:
         from .inference import serve
 
         return serve(
-            model=args.model, seed=args.seed, threads=args.threads, max_tokens=args.max_tokens, max_steps=args.max_steps
+            model=args.model,
+            seed=args.seed,
+            threads=args.threads,
+            max_tokens=args.max_tokens,
+            max_steps=args.max_steps,
+            trace=args.trace,
         )
     if args.command == "models":
         from ._models_cli import models_command
 
         return models_command(args.action, args.name)
     if args.command == "bench":
+        if args.what == "inference":
+            from ._bench_inference import bench_inference
+
+            rounds = args.rounds or 5
+            return bench_inference(tasks=args.tasks or 3, threads=args.threads, rounds=rounds, as_json=args.json)
         from ._bench import bench_kernel
 
-        return bench_kernel(tasks=args.tasks, rounds=args.rounds, as_json=args.json)
+        return bench_kernel(tasks=args.tasks or 300, rounds=args.rounds or 3, as_json=args.json)
     parser.print_help(sys.stderr)
     return 2
 
@@ -69,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
     agent.add_argument("--max-tokens", type=int, default=512, help="token budget per prompt turn (default 512)")
     agent.add_argument("--max-steps", type=int, default=6, help="model steps per prompt turn (default 6)")
+    agent.add_argument("--trace", metavar="FILE", help="append every completion (prompt, text, timings) as JSONL")
 
     models = commands.add_parser("models", help="the pinned models in models.lock")
     models.add_argument(
@@ -76,10 +90,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     models.add_argument("name", nargs="?", help="a model in models.lock (default: its default)")
 
-    bench = commands.add_parser("bench", help="measure the kernel against a bare SDK client")
-    bench.add_argument("what", choices=["kernel"], help="what to measure")
-    bench.add_argument("--tasks", type=int, default=300, help="tasks per side (default 300)")
-    bench.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
+    bench = commands.add_parser("bench", help="benchmarks: the kernel vs a bare SDK client; inference vs bare llama")
+    bench.add_argument("what", choices=["kernel", "inference"], help="what to measure")
+    bench.add_argument("--tasks", type=int, help="tasks per side (default: kernel 300, inference 3)")
+    bench.add_argument("--threads", type=int, default=2, help="inference: CPU threads (default 2)")
+    bench.add_argument("--rounds", type=int, help="rounds; medians are reported (default: kernel 3, inference 5)")
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     return parser
 
@@ -92,14 +107,18 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"error": {"kind": "config", "key": exc.key, "message": str(exc)}}))
         return 2
-    observer = None if args.quiet else _progress
+    display = None if args.quiet else RunDisplay()
     kernel = Kernel(
         config,
         transcript_path=args.transcript,
-        observer=observer,
+        observer=display,
         interactive_handler=_ask_on_terminal if sys.stdin.isatty() else None,
     )
-    result = asyncio.run(_run_with_signals(kernel, task_id=args.task, prompt=args.prompt))
+    try:
+        result = asyncio.run(_run_with_signals(kernel, task_id=args.task, prompt=args.prompt))
+    finally:
+        if display is not None:
+            display.close()
     if args.json:
         print(json.dumps(result.to_json()))
     else:
@@ -118,30 +137,11 @@ async def _run_with_signals(kernel: Kernel, *, task_id: str | None, prompt: str 
             loop.remove_signal_handler(sig)
 
 
-def _progress(record: dict[str, Any]) -> None:
-    kind = record["type"]
-    if kind == "task_start" and record["task"]["id"]:
-        print(f"→ {record['task']['id']}: {record['task']['title']}", file=sys.stderr)
-    elif kind == "task_end":
-        rules = ", ".join(record["rule_ids"]) or "none"
-        print(
-            f"  {record['id']} {record['terminal']} after {record['iterations']} turn(s); rules used: {rules}",
-            file=sys.stderr,
-        )
-    elif kind == "host_retry":
-        print(
-            f"  host {record['op']}: {record['cause']}, retry {record['retry']} in {record['delay_s']}s",
-            file=sys.stderr,
-        )
-    elif kind == "policy" and record["decision"] == "refuse":
-        print(f"  refused {record['source']}: {record['reason']}", file=sys.stderr)
-
-
 def _print_summary(result: RunResult) -> None:
-    print(f"terminal: {result.terminal.value}  reason: {json.dumps(result.reason)}")
-    for task in result.tasks:
-        print(f"  {task.id:<12} {task.terminal.value:<22} turns={task.iterations:<3} rules={','.join(task.rule_ids)}")
-    print(f"transcript: {result.transcript}")
+    console = Console(highlight=False)
+    console.print(summary_table(result))
+    console.print(f"reason: {json.dumps(result.reason)}")
+    console.print(f"transcript: {result.transcript}")
 
 
 async def _ask_on_terminal(params: dict[str, Any]) -> dict[str, Any]:

@@ -30,12 +30,15 @@ from ._transcript import Transcript
 
 __all__ = ["AgentProcess", "agent_environment"]
 
-_INHERITED_ENV = ("HOME", "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR")
+_INHERITED_ENV = ("HOME", "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR",
+                  "XDG_CACHE_HOME")  # fmt: skip
+# Where pinned models live and how to reach them: the inference agent resolves its model with these.
+_INHERITED_PREFIXES = ("LOOP_HARNESS_", "HF_HUB_OFFLINE", "HF_ENDPOINT", "HF_HOME")
 
 
 def agent_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment an agent gets: a few basics from ours, plus what the config says."""
-    env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+    env = {k: v for k, v in os.environ.items() if k in _INHERITED_ENV or k.startswith(_INHERITED_PREFIXES)}
     env.update(extra or {})
     return env
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
 from typing import IO
 
 __all__ = ["serve"]
 
 
-def serve(*, model: str | None, seed: int, threads: int, max_tokens: int, max_steps: int) -> int:
+def serve(
+    *, model: str | None, seed: int, threads: int, max_tokens: int, max_steps: int, trace: str | None = None
+) -> int:
     """Run the inference agent on stdio until stdin closes. Returns the exit status."""
     rpc = _guard_stdout()
     from ..models import LockError, ModelHashMismatch, ModelUnavailable, resolve_model
@@ -30,7 +33,8 @@ def serve(*, model: str | None, seed: int, threads: int, max_tokens: int, max_st
     from ._agent import InferenceAgent
     from ._model import LocalModel
 
-    agent = InferenceAgent(LocalModel(path, seed=seed, threads=threads), max_tokens=max_tokens, max_steps=max_steps)
+    local = LocalModel(path, seed=seed, threads=threads, trace=Path(trace) if trace else None)
+    agent = InferenceAgent(local, max_tokens=max_tokens, max_steps=max_steps)
     asyncio.run(_serve(agent, rpc))
     return 0
 

@@ -33,11 +33,12 @@ class ModelStep:
     completion_tokens: int = 0
     ttft_s: float = 0.0  # request to first token (prompt evaluation)
     decode_s: float = 0.0  # first token to last token
-    trace: list[dict[str, Any]] = field(default_factory=list)  # the completions requested, for replay
 
 
 class LocalModel:
-    def __init__(self, path: Path, *, seed: int = 42, threads: int = 2, n_ctx: int = 4096) -> None:
+    def __init__(
+        self, path: Path, *, seed: int = 42, threads: int = 2, n_ctx: int = 4096, trace: Path | None = None
+    ) -> None:
         from llama_cpp import Llama, LlamaGrammar
 
         self._grammar = LlamaGrammar
@@ -52,6 +53,9 @@ class LocalModel:
         self.seed = seed
         self.n_ctx = n_ctx
         self.loads = 1
+        # With a trace file, every completion (prompt, grammar, budget, text, timings) is appended
+        # as a JSON line: `loop-harness bench inference` replays them through bare llama-cpp-python.
+        self._trace = trace.open("a", encoding="utf-8") if trace else None
         self._lock = threading.Lock()  # a Llama is not thread-safe
         self._head = LlamaGrammar.from_string(head_grammar_text(), verbose=False)
         self._args = {name: LlamaGrammar.from_json_schema(json.dumps(t["parameters"]), verbose=False)
@@ -87,7 +91,6 @@ class LocalModel:
         if max_tokens <= 0:
             step.kind = "length"
             return ""
-        step.trace.append({"prompt": prompt, "grammar": grammar, "max_tokens": max_tokens})
         compiled = None if grammar is None else self._head if grammar == "head" else self._args[grammar]
         started = time.perf_counter()
         first = last = None
@@ -120,4 +123,12 @@ class LocalModel:
         if finish == "length" and step.kind != "cancelled":
             step.kind = "length"
         out = "".join(text)
-        return out + ":" if grammar == "head" and out and not out.endswith(":") else out
+        if grammar == "head" and out and not out.endswith(":"):
+            out += ":"  # the stop string is cut from the text; the head grammar always ends with it
+        if self._trace is not None:
+            record = {"prompt": prompt, "grammar": grammar, "max_tokens": max_tokens, "text": out,
+                      "tokens": len(text), "ttft_s": (first or started) - started,
+                      "decode_s": (last or started) - (first or started)}  # fmt: skip
+            self._trace.write(json.dumps(record) + "\n")
+            self._trace.flush()
+        return out

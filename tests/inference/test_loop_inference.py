@@ -20,7 +20,7 @@ pytestmark = LOOP_INFERENCE
 THREE_TASKS = [
     {"id": "T1", "title": "Write a greeting", "body": "Create the file out/hello.txt containing the word hello."},
     {"id": "T2", "title": "Write a farewell", "body": "Create the file out/bye.txt containing the word goodbye."},
-    {"id": "T3", "title": "Write a note", "body": "Create the file out/note.txt containing the word note."},
+    {"id": "T3", "title": "Say thanks", "body": "Create the file out/thanks.txt containing the word thanks."},
 ]
 #: Agent RSS may grow this much from the end of the first task to the end of the last (measured: 3-36 MiB
 #: over 3-8 tasks at 330-350 MiB; a second model load would add ~100 MiB). The KV cache and

@@ -80,8 +80,9 @@ def test_human_output_without_json(scripted_scenario, harness_config):
     config = harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]})))
     done = cli("run", config)
     assert done.returncode == 0
-    assert done.stdout.startswith("terminal: Idle")
-    assert "T1" in done.stdout and "transcript:" in done.stdout
+    assert done.stdout.startswith("Idle: queue_empty")
+    assert "T1" in done.stdout and "Completed" in done.stdout and "write-src, read-all, git" in done.stdout
+    assert "transcript:" in done.stdout
 
 
 def test_sigint_cancels_the_run_and_closes_the_transcript(scripted_scenario, harness_config, tmp_path):

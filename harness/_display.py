@@ -1,0 +1,82 @@
+"""What a person watching `loop-harness run` sees: progress on stderr, a closing table on stdout.
+
+The display is a transcript observer: it never touches the kernel. On a
+terminal it shows a live status line (task, turn, tokens); elsewhere it
+prints one line per event, so logs stay readable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.status import Status
+from rich.table import Table
+
+from ._results import RunResult
+
+__all__ = ["RunDisplay", "summary_table"]
+
+
+class RunDisplay:
+    """Call with each transcript record (a `Kernel` observer); `close()` when the run ends."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True, highlight=False)
+        self._status: Status | None = None
+        self._task: str | None = None
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        kind = record["type"]
+        if kind == "agent_start":
+            self._show(f"starting the agent: {' '.join(record['argv'][-4:])}")
+        elif kind == "task_start":
+            task = record["task"]
+            self._task = task["id"] or "prompt"
+            if task["id"]:
+                self._print(f"[bold]→ {task['id']}[/bold]: {task['title']}")
+            self._show(f"{self._task}: waiting for the agent")
+        elif kind == "turn":
+            self._show(f"{self._task}: turn {record['iteration']} ({record['prompt_kind'].replace('_', ' ')})")
+        elif kind == "usage" and record.get("usage"):
+            self._show(f"{self._task}: {record['usage'].get('totalTokens', 0)} tokens so far")
+        elif kind == "policy" and record["decision"] == "refuse":
+            self._print(f"  [red]refused[/red] {record['source']}: {record['reason'].get('kind')}")
+        elif kind == "host_retry":
+            self._print(f"  host {record['op']}: {record['cause']}, retry {record['retry']} in {record['delay_s']}s")
+        elif kind == "task_end":
+            mark = "[green]✓[/green]" if record["terminal"] == "Completed" else "[red]✗[/red]"
+            rules = ", ".join(record["rule_ids"]) or "none"
+            self._print(
+                f"  {mark} {record['id']} {record['terminal']} after {record['iterations']} turn(s); rules: {rules}"
+            )
+        elif kind == "terminal":
+            self.close()
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def _show(self, text: str) -> None:
+        if not self.console.is_terminal:
+            return
+        if self._status is None:
+            self._status = self.console.status(text)
+            self._status.start()
+        else:
+            self._status.update(text)
+
+    def _print(self, text: str) -> None:
+        self.console.print(text)
+
+
+def summary_table(result: RunResult) -> Table:
+    """task, terminal, rule ids used, tokens, time."""
+    table = Table(title=f"{result.terminal.value}: {result.reason.get('kind')}", title_justify="left")
+    for column in ("task", "terminal", "rule ids used", "tokens", "time"):
+        table.add_column(column, justify="right" if column in ("tokens", "time") else "left")
+    for task in result.tasks:
+        tokens = str(task.tokens.get("totalTokens", "")) if task.tokens else "-"
+        table.add_row(task.id, task.terminal.value, ", ".join(task.rule_ids) or "-", tokens, f"{task.seconds:.1f} s")
+    return table
