@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pygit2
+
 from ._agent_link import VERSION, AgentLink
 from ._client import InteractiveHandler, KernelClient
 from ._config import Config
@@ -88,6 +90,7 @@ class Kernel:
         self._client: KernelClient | None = None
         self._link: AgentLink | None = None
         self._git_dir: Path | None = None
+        self._repo: pygit2.Repository | None = None
 
     @property
     def status(self) -> dict[str, Any]:
@@ -229,7 +232,9 @@ class Kernel:
     def _git_state(self) -> GitState | None:
         if self._git_dir is None:
             return None
-        return read_git_state(self.config.workspace, self._git_dir)
+        if self._repo is None:
+            self._repo = pygit2.Repository(str(self._git_dir))
+        return read_git_state(self.config.workspace, self._git_dir, self._repo)
 
     async def _teardown(self) -> None:
         if self._client is not None:
