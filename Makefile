@@ -4,11 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test run run-scripted bench lint demo-workspace clean
+.PHONY: test run run-scripted bench soak lint demo-workspace clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference,soak]'
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -26,6 +26,9 @@ run-scripted: $(STAMP) demo-workspace
 bench: $(STAMP)
 	$(BIN)/loop-harness bench kernel
 	$(BIN)/loop-harness bench inference
+
+soak: $(STAMP)
+	.github/scripts/run-loop-soak.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

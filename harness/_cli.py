@@ -49,6 +49,18 @@ def main(argv: list[str] | None = None) -> int:
         from ._models_cli import models_command
 
         return models_command(args.action, args.name)
+    if args.command == "soak":
+        from soak._cli import soak_command
+
+        return soak_command(
+            tasks=args.tasks,
+            report=args.report,
+            mode=args.mode,
+            agent=args.agent,
+            inject=args.inject,
+            warmup=args.warmup,
+            as_json=args.json,
+        )
     if args.command == "bench":
         if args.what == "inference":
             from ._bench_inference import bench_inference
@@ -89,6 +101,21 @@ def _parser() -> argparse.ArgumentParser:
         "action", choices=["fetch", "verify", "path"], help="fetch+verify, verify the cache, print the path"
     )
     models.add_argument("name", nargs="?", help="a model in models.lock (default: its default)")
+
+    soak = commands.add_parser("soak", help="drain many tasks and fail if a resource keeps growing")
+    soak.add_argument("--tasks", type=int, default=500, help="tasks to drain (default 500)")
+    soak.add_argument("--report", type=Path, metavar="DIR", help="write report.json, summary.md and plots here")
+    soak.add_argument("--mode", choices=["shared", "per-task"], default="shared", help="agent process per run or task")
+    soak.add_argument("--agent", choices=["scripted", "inference"], default="scripted", help="which agent")
+    soak.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="LEAK",
+        help="leak on purpose: fd, thread, child, memory, transcript (proves the checks fail)",
+    )
+    soak.add_argument("--warmup", type=int, help="tasks excluded from every check (default 50)")
+    soak.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     bench = commands.add_parser("bench", help="benchmarks: the kernel vs a bare SDK client; inference vs bare llama")
     bench.add_argument("what", choices=["kernel", "inference"], help="what to measure")

@@ -98,6 +98,11 @@ class Kernel:
         rule_ids = list(self._client.rule_ids) if self._client is not None else []
         return {**self._status, "rule_ids": rule_ids}
 
+    @property
+    def transcript_bytes(self) -> int:
+        """Bytes written to this run's transcript so far."""
+        return self._transcript.bytes_written if self._transcript is not None else 0
+
     def __repr__(self) -> str:
         status = ", ".join(f"{k}={v}" for k, v in self.status.items())
         return f"<Kernel [{status}]>"
@@ -294,7 +299,7 @@ class Kernel:
             id=task.id,
             title=task.title,
             terminal=stop.terminal,
-            reason=dict(stop.reason),
+            reason=stop.reason,  # type: ignore[arg-type]  # built for this task, not shared
             rule_ids=list(self._client.rule_ids),
             iterations=iterations,
             tokens=self._link.last_usage if self._link else None,

@@ -11,7 +11,7 @@ from ._terminals import EXIT_CODE, Stop, Terminal
 __all__ = ["RunResult", "TaskResult"]
 
 
-@dataclass
+@dataclass(slots=True)  # a run keeps one per task: keep them small
 class TaskResult:
     id: str
     title: str

@@ -3,7 +3,7 @@
 Markers, registered with strict markers in mind:
     loop-scripted   fast, deterministic: the kernel against the scripted agent
     LoopInference   the kernel against the real local model (CPU llama.cpp)
-    LoopSoak        hundreds of tasks with bounded resources (slow)
+    LoopSoak        hundreds of tasks with bounded resources (slow): deselected unless `-m` selects it
 
 Test modules mark themselves with `pytestmark = LOOP_SCRIPTED` (the hyphen
 keeps `pytest.mark.loop-scripted` from being valid Python). Fixtures are
@@ -36,6 +36,16 @@ LOOP_SOAK = pytest.mark.LoopSoak
 def pytest_configure(config: pytest.Config) -> None:
     for name, help_text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {help_text}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """LoopSoak runs only when asked for: a plain `pytest` deselects it; `-m LoopSoak` selects it."""
+    if config.option.markexpr:
+        return
+    soak = [item for item in items if item.get_closest_marker("LoopSoak") is not None]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [item for item in items if item.get_closest_marker("LoopSoak") is None]
 
 
 @pytest.fixture(name="harness_model", scope="session")

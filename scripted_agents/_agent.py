@@ -330,5 +330,9 @@ class _Player:
         if self.session is not None:
             self._message(f"child pid {child.pid}")
 
+    def _step_growing_message(self, size: int) -> None:
+        """A message `size` bytes longer with every session: a transcript that grows per task."""
+        self._message("g" * int(size) * self.agent._session_ids)
+
     def _step_big_message(self, size: int) -> None:
         self._message("x" * int(size))

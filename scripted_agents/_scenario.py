@@ -55,6 +55,7 @@ STEP_KINDS = frozenset(
         "usage",
         "echo_prompt",
         "spawn_child",
+        "growing_message",
     }
 )
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})

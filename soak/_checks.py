@@ -1,0 +1,192 @@
+"""The soak's bounds, and the errors that say which one broke.
+
+    * SoakError(AssertionError)       pytest reports a failure, not an error
+      + UnclosedResourceError         fds, threads, child processes not back to their baseline
+      + MemoryGrowthError             RSS, USS or tracemalloc kept growing, or crossed a ceiling
+      + TranscriptGrowthError         the transcript's bytes per task kept growing
+
+Bounds (class attributes, overridable per soak, like psleak's):
+  - a warm-up of `warmup` tasks is excluded from every check;
+  - counters (fds, native and Python threads, child processes) must come back *exactly* to their
+    baseline at quiet points (every `quiet_every` tasks), after up to `settle_retries` retries
+    20 ms apart with a garbage collection each (a goleak/CPython-style settle loop);
+  - memory is judged by the least-squares slope over consecutive windows after the warm-up: it
+    fails only when two consecutive windows break the slope limit (one noisy window does not),
+    plus hard ceilings on growth after the warm-up and on the peak;
+  - the transcript must stay a constant size per task: the mean bytes per task of two
+    consecutive windows may not exceed the warm-up's by more than `transcript_growth`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from ._sampler import MISSING, SampleTable
+
+__all__ = [
+    "Bounds",
+    "MemoryGrowthError",
+    "SoakError",
+    "TranscriptGrowthError",
+    "UnclosedResourceError",
+    "check_memory",
+    "check_transcript",
+    "slope",
+    "window_slices",
+]
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+class SoakError(AssertionError):
+    """A bound broke; `resource`, `baseline`, `final` and `extras` say which, how and what leaked."""
+
+    def __init__(self, resource: str, message: str, *, baseline: Any, final: Any, extras: Any = None) -> None:
+        super().__init__(f"{resource}: {message}")
+        self.resource = resource
+        self.baseline = baseline
+        self.final = final
+        self.extras = extras
+
+
+class UnclosedResourceError(SoakError):
+    pass
+
+
+class MemoryGrowthError(SoakError):
+    pass
+
+
+class TranscriptGrowthError(SoakError):
+    pass
+
+
+@dataclass(frozen=True)
+class Bounds:
+    warmup: int = 50
+    window: int | None = None  # tasks per slope window; default: a quarter of what follows the warm-up
+    quiet_every: int = 10
+    settle_retries: int = 50
+    kernel_rss_slope: float = 4 * KIB  # bytes per task
+    kernel_uss_slope: float = 4 * KIB
+    tracemalloc_slope: float = 1 * KIB
+    kernel_growth_ceiling: float = 16 * MIB  # above the first sample after the warm-up
+    kernel_peak_ceiling: float = 150 * MIB
+    agent_rss_slope: float = 64 * KIB
+    agent_growth_ceiling: float = 64 * MIB
+    transcript_growth: float = 0.25  # allowed growth of the mean bytes per task
+
+    def with_overrides(self, **overrides: Any) -> Bounds:
+        known = {f.name for f in fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise TypeError(f"unknown bounds {sorted(unknown)} (known: {sorted(known)})")
+        return replace(self, **overrides)
+
+    def window_for(self, tasks: int) -> int:
+        return self.window or max(10, (tasks - self.warmup) // 4)
+
+
+def slope(values: Sequence[float]) -> float:
+    """Least-squares slope of `values` against their index (units per task)."""
+    if len(values) < 2:
+        return 0.0
+    return statistics.linear_regression(range(len(values)), values).slope
+
+
+def window_slices(tasks: int, bounds: Bounds) -> list[slice]:
+    """Sample indexes of the consecutive, complete windows after the warm-up (sample i is task i+1)."""
+    size = bounds.window_for(tasks)
+    return [slice(start, start + size) for start in range(bounds.warmup, tasks - size + 1, size)]
+
+
+def check_memory(
+    table: SampleTable, bounds: Bounds, *, metric: str, limit: float, ceiling: float, peak: float | None = None
+) -> dict[str, Any]:
+    """Raise MemoryGrowthError when `metric` breaks its bounds; return the figures otherwise."""
+    values = table.column(metric)
+    if len(values) <= bounds.warmup or values[-1] == MISSING:
+        return {"metric": metric, "checked": False}
+    after = values[bounds.warmup :]
+    slopes = [slope(values[w]) for w in window_slices(len(values), bounds)]
+    figures = {
+        "metric": metric,
+        "checked": True,
+        "baseline": after[0],
+        "final": after[-1],
+        "peak": max(values),
+        "window_slopes": [round(x, 1) for x in slopes],
+        "slope": round(slope(after), 1),
+        "limit": limit,
+        "growth_ceiling": ceiling,
+        "peak_ceiling": peak,
+    }
+    for first, second in itertools.pairwise(slopes):
+        if first > limit and second > limit:
+            raise MemoryGrowthError(
+                metric,
+                f"kept growing: slope {first / KIB:.1f} then {second / KIB:.1f} KiB/task in consecutive windows "
+                f"(limit {limit / KIB:.1f}); baseline {_mib(after[0])}, final {_mib(after[-1])}",
+                baseline=after[0],
+                final=after[-1],
+                extras=figures,
+            )
+    if max(after) - after[0] > ceiling:
+        raise MemoryGrowthError(
+            metric,
+            f"grew {_mib(max(after) - after[0])} after the warm-up (ceiling {_mib(ceiling)}); "
+            f"baseline {_mib(after[0])}, final {_mib(after[-1])}, slope {figures['slope'] / KIB:.1f} KiB/task",
+            baseline=after[0],
+            final=after[-1],
+            extras=figures,
+        )
+    if peak is not None and max(values) > peak:
+        raise MemoryGrowthError(
+            metric,
+            f"peaked at {_mib(max(values))} (ceiling {_mib(peak)}); baseline {_mib(after[0])}",
+            baseline=after[0],
+            final=after[-1],
+            extras=figures,
+        )
+    return figures
+
+
+def check_transcript(table: SampleTable, bounds: Bounds) -> dict[str, Any]:
+    """Raise TranscriptGrowthError when the bytes written per task keep growing."""
+    total = table.column("transcript_bytes")
+    if len(total) <= bounds.warmup + 1:
+        return {"metric": "transcript_bytes", "checked": False}
+    per_task = [total[0], *(b - a for a, b in itertools.pairwise(total))]
+    baseline = statistics.fmean(per_task[1 : bounds.warmup] or per_task[:1])
+    means = [statistics.fmean(per_task[w]) for w in window_slices(len(total), bounds)]
+    allowed = baseline * (1 + bounds.transcript_growth) + 512
+    figures = {
+        "metric": "transcript_bytes",
+        "checked": True,
+        "bytes_per_task_baseline": round(baseline, 1),
+        "window_means": [round(m, 1) for m in means],
+        "allowed": round(allowed, 1),
+        "total": total[-1],
+        "slope": round(slope(total[bounds.warmup :]), 1),
+    }
+    for first, second in itertools.pairwise(means):
+        if first > allowed and second > allowed:
+            raise TranscriptGrowthError(
+                "transcript_bytes",
+                f"bytes per task grew from a baseline of {baseline:.0f} to {first:.0f} then {second:.0f} in "
+                f"consecutive windows (allowed {allowed:.0f}); final total {total[-1]} bytes, slope "
+                f"{figures['slope']:.0f} bytes/task",
+                baseline=baseline,
+                final=second,
+                extras=figures,
+            )
+    return figures
+
+
+def _mib(value: float) -> str:
+    return f"{value / MIB:.1f} MiB"

@@ -1,0 +1,162 @@
+"""The soak report: `report.json`, a Markdown summary, and one PNG plot per metric with its bound drawn."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ._checks import MIB
+from ._runner import SoakResult
+
+__all__ = ["PLOTTED", "write_report"]
+
+#: metric -> (title, unit divisor, unit)
+PLOTTED: dict[str, tuple[str, float, str]] = {
+    "kernel_rss": ("kernel RSS", MIB, "MiB"),
+    "kernel_uss": ("kernel USS", MIB, "MiB"),
+    "tracemalloc_current": ("kernel tracemalloc (Python heap)", MIB, "MiB"),
+    "kernel_fds": ("kernel open file descriptors", 1, "fds"),
+    "kernel_threads": ("kernel threads", 1, "threads"),
+    "kernel_children": ("kernel child processes", 1, "processes"),
+    "agent_rss": ("agent RSS", MIB, "MiB"),
+    "transcript_per_task": ("transcript bytes per task", 1, "bytes"),
+}
+
+
+def write_report(result: SoakResult, directory: Path) -> list[Path]:
+    """Write the report files into `directory`; returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = [_write_json(result, directory / "report.json"), _write_markdown(result, directory / "summary.md")]
+    written += _write_plots(result, directory)
+    return written
+
+
+def summary(result: SoakResult) -> dict[str, Any]:
+    return {
+        "passed": result.passed,
+        "error": None if result.error is None else {"resource": result.error.resource, "message": str(result.error)},
+        "mode": result.mode,
+        "agent": result.agent,
+        "tasks": result.tasks,
+        "tasks_sampled": len(result.samples),
+        "seconds": round(result.seconds, 2),
+        "tasks_per_second": result.tasks_per_second,
+        "terminals": result.terminals,
+        "bounds": asdict(result.bounds),
+        "figures": result.figures,
+    }
+
+
+def _write_json(result: SoakResult, path: Path) -> Path:
+    data = {**summary(result), "samples": [asdict(s) for s in result.samples]}
+    path.write_text(json.dumps(data, indent=1, default=str))
+    return path
+
+
+def _write_markdown(result: SoakResult, path: Path) -> Path:
+    lines = [
+        f"# Soak: {'passed' if result.passed else 'FAILED'}",
+        "",
+        f"{len(result.samples)} of {result.tasks} tasks, mode `{result.mode}`, agent `{result.agent}`, "
+        f"{result.seconds:.1f} s ({result.tasks_per_second} tasks/s). Terminals: {result.terminals}.",
+        "",
+    ]
+    if result.error is not None:
+        lines += ["## Broken bound", "", "```", str(result.error), "```", ""]
+    lines += [
+        "## Memory and transcript",
+        "",
+        "| metric | baseline | final | peak | slope/task | window slopes | limit/task |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for metric, figures in result.figures.items():
+        if not figures.get("checked"):
+            continue
+        if metric == "transcript_bytes":
+            lines.append(
+                f"| transcript bytes/task | {figures['bytes_per_task_baseline']} | {figures['window_means'][-1:]} | "
+                f"total {figures['total']} | {figures['slope']} B | {figures['window_means']} | "
+                f"≤ {figures['allowed']} B |"
+            )
+            continue
+        lines.append(
+            f"| {metric} | {_fmt(figures['baseline'])} | {_fmt(figures['final'])} | {_fmt(figures['peak'])} | "
+            f"{figures['slope']:.0f} B | {figures['window_slopes']} | {figures['limit']:.0f} B |"
+        )
+    b = result.bounds
+    lines += [
+        "",
+        f"Bounds: warm-up {b.warmup} tasks excluded; counters back to their baseline every {b.quiet_every} tasks "
+        f"(up to {b.settle_retries} settle retries); memory fails when two consecutive windows of "
+        f"{b.window_for(result.tasks)} tasks break the slope limit, or on the growth ceiling "
+        f"({_fmt(b.kernel_growth_ceiling)} kernel, {_fmt(b.agent_growth_ceiling)} agent) or the kernel's peak "
+        f"ceiling ({_fmt(b.kernel_peak_ceiling)}).",
+        "",
+        "Plots: " + ", ".join(f"`{name}.png`" for name in PLOTTED),
+        "",
+    ]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _write_plots(result: SoakResult, directory: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    samples = result.samples
+    tasks = [s.task for s in samples]
+    written = []
+    for metric, (title, scale, unit) in PLOTTED.items():
+        values = _series(result, metric)
+        if not values or all(v is None for v in values):
+            continue
+        figure, axes = pyplot.subplots(figsize=(8, 3.5))
+        axes.plot(tasks[: len(values)], [None if v is None else v / scale for v in values], linewidth=1)
+        axes.axvspan(0, result.bounds.warmup, color="0.9", label="warm-up (excluded)")
+        for (label, value), color in zip(_bound_lines(result, metric), ("tab:red", "tab:orange"), strict=False):
+            axes.axhline(value / scale, color=color, linestyle="--", linewidth=1, label=label)
+        axes.set_title(f"{title} over {len(samples)} tasks ({result.mode}, {result.agent})")
+        axes.set_xlabel("tasks completed")
+        axes.set_ylabel(unit)
+        axes.legend(loc="best", fontsize="small")
+        figure.tight_layout()
+        path = directory / f"{metric}.png"
+        figure.savefig(path, dpi=90)
+        pyplot.close(figure)
+        written.append(path)
+    return written
+
+
+def _series(result: SoakResult, metric: str) -> list[Any]:
+    if metric == "transcript_per_task":
+        totals = [s.transcript_bytes for s in result.samples]
+        return [totals[0], *(b - a for a, b in itertools.pairwise(totals))] if totals else []
+    return [getattr(s, metric) for s in result.samples]
+
+
+def _bound_lines(result: SoakResult, metric: str) -> list[tuple[str, float]]:
+    """The bound to draw: the baseline for counters, ceilings for memory, the allowance for transcripts."""
+    b = result.bounds
+    after = [s for s in result.samples if s.task > b.warmup]
+    if not after:
+        return []
+    first = after[0]
+    if metric in ("kernel_fds", "kernel_threads", "kernel_children"):
+        return [("baseline (must return to it)", getattr(first, metric))]
+    if metric in ("kernel_rss", "kernel_uss", "tracemalloc_current"):
+        lines = [("growth ceiling", getattr(first, metric) + b.kernel_growth_ceiling)]
+        return lines + ([("peak ceiling", b.kernel_peak_ceiling)] if metric == "kernel_rss" else [])
+    if metric == "agent_rss" and first.agent_rss is not None:
+        return [("growth ceiling", first.agent_rss + b.agent_growth_ceiling)]
+    if metric == "transcript_per_task" and result.figures.get("transcript_bytes", {}).get("checked"):
+        return [("allowed bytes/task", result.figures["transcript_bytes"]["allowed"])]
+    return []
+
+
+def _fmt(value: float) -> str:
+    return f"{value / MIB:.1f} MiB" if value >= MIB else f"{value:.0f}"

@@ -1,0 +1,357 @@
+"""The soak runner: drain N tasks through the real kernel and fail when a resource keeps growing.
+
+Two modes: `shared` (one long-lived agent process serves every task, one
+kernel run) and `per-task` (a kernel run, so an agent process, per task).
+After each task it samples the kernel process (RSS, USS, fds, threads, child
+processes, tracemalloc), the agent process (RSS, fds, threads) and the
+transcript bytes written, and applies the bounds in `_checks.py`: counters at
+quiet points (with a settle loop), memory and transcript at the end of every
+window, so a broken bound stops the soak early with an error that names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import tempfile
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from harness import Kernel, Task, Terminal, parse_config
+from harness.testing import (
+    inference_agent_command,
+    inference_agent_env,
+    make_workspace,
+    scripted_agent_command,
+    write_yaml,
+)
+
+from ._checks import (
+    Bounds,
+    MemoryGrowthError,
+    SoakError,
+    UnclosedResourceError,
+    check_memory,
+    check_transcript,
+    window_slices,
+)
+from ._inject import Injector
+from ._sampler import Counters, Sample, SampleTable, kernel_counters, take_sample
+
+__all__ = ["SoakResult", "SoakRunner"]
+
+RULES = [
+    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    {"id": "write-out", "kind": "write", "paths": ["out/**"], "decision": "allow"},
+    {"id": "git-status", "kind": "execute", "commands": ["git status*"], "decision": "allow"},
+]
+#: Tasks the pinned model completes (see harness/_bench_inference.py), cycled for the inference soak.
+INFERENCE_TASKS = [
+    ("Write a greeting", "Create the file out/hello.txt containing the word hello."),
+    ("Write a farewell", "Create the file out/bye.txt containing the word goodbye."),
+    ("Say thanks", "Create the file out/thanks.txt containing the word thanks."),
+]
+
+
+def scripted_turn(grow: bool) -> dict[str, Any]:
+    """Per task: a tool call with a permission request, an fs write and read, a terminal command."""
+    steps: list[dict[str, Any]] = [
+        {"tool_call": {"title": "Write out/result.txt", "kind": "edit", "locations": ["out/result.txt"],
+                       "permission": True}},
+        {"write": {"path": "out/result.txt", "content": "result\n"}},
+        {"read": {"path": "out/result.txt", "expect": "result\n"}},
+        {"terminal": {"command": "git", "args": ["status", "--short"]}},
+        {"message": "done"},
+    ]  # fmt: skip
+    if grow:
+        steps.append({"growing_message": 200})
+    return {"steps": steps}
+
+
+@dataclass
+class SoakResult:
+    mode: str
+    agent: str
+    tasks: int
+    samples: list[Sample]
+    figures: dict[str, Any]
+    bounds: Bounds
+    seconds: float
+    error: SoakError | None = None
+    terminals: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and len(self.samples) == self.tasks
+
+    @property
+    def tasks_per_second(self) -> float:
+        return round(len(self.samples) / self.seconds, 1) if self.seconds else 0.0
+
+
+class SoakRunner:
+    """`SoakRunner(tasks=500).run()` -> SoakResult; `inject=("fd",)` leaks on purpose."""
+
+    def __init__(
+        self,
+        *,
+        tasks: int = 500,
+        mode: str = "shared",
+        agent: str = "scripted",
+        bounds: Bounds | None = None,
+        inject: tuple[str, ...] = (),
+        workdir: Path | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        threads: int = 2,
+    ) -> None:
+        if mode not in ("shared", "per-task"):
+            raise ValueError(f"mode must be 'shared' or 'per-task' (got {mode!r})")
+        if agent not in ("scripted", "inference"):
+            raise ValueError(f"agent must be 'scripted' or 'inference' (got {agent!r})")
+        self.tasks = tasks
+        self.mode = mode
+        self.agent_kind = agent
+        self.bounds = bounds or Bounds()
+        self.injector = Injector(inject)
+        self.workdir = workdir
+        self.progress = progress
+        self.threads = threads
+        self.table = SampleTable(tasks)
+        self.figures: dict[str, Any] = {}
+        self.error: SoakError | None = None
+        self.terminals: dict[str, int] = {}
+        self._baseline: Counters | None = None
+        self._snapshot: tracemalloc.Snapshot | None = None
+        self._agent: psutil.Process | None = None
+        self._transcript_total = 0
+        self._started = 0.0
+
+    def run(self) -> SoakResult:
+        started_tracing = not tracemalloc.is_tracing()
+        if started_tracing:
+            tracemalloc.start()
+        try:
+            with tempfile.TemporaryDirectory(prefix="loop-harness-soak-") as tmp:
+                asyncio.run(self._soak(self.workdir or Path(tmp)))
+        finally:
+            gc.unfreeze()
+            self.injector.release()
+            if started_tracing:
+                tracemalloc.stop()
+        return SoakResult(
+            mode=self.mode,
+            agent=self.agent_kind,
+            tasks=self.tasks,
+            samples=self.table.rows(),
+            figures=self.figures,
+            bounds=self.bounds,
+            seconds=time.monotonic() - self._started,
+            error=self.error,
+            terminals=self.terminals,
+        )
+
+    # --- driving the kernel --------------------------------------------------------------------
+
+    async def _soak(self, root: Path) -> None:
+        workspace = make_workspace(root / "ws", ignore=["out/"])
+        grow = "transcript" in self.injector.kinds
+        self._started = time.monotonic()
+        if self.mode == "shared":
+            kernel = Kernel(self._config(root, workspace.path, grow, 0), provider=_SoakQueue(self, self.tasks),
+                            observer=self._observe)  # fmt: skip
+            self._kernel = kernel
+            result = await kernel.run()
+            self._ended(result)
+            return
+        for index in range(self.tasks):
+            config = self._config(root, workspace.path, grow, index)
+            kernel = Kernel(config, provider=_SoakQueue(self, 1, first=index), observer=self._observe)
+            self._kernel = kernel
+            result = await kernel.run()
+            self._transcript_total += kernel.transcript_bytes
+            if result.terminal is not Terminal.IDLE:
+                self._ended(result)
+                return
+            if not await self.boundary(index + 1):
+                return
+        self._finish()
+
+    def _config(self, root: Path, workspace: Path, grow: bool, index: int) -> Any:
+        if self.agent_kind == "scripted":
+            scenario = write_yaml(root / "scenario.yaml", {"tasks": [{"turns": [scripted_turn(grow)]}]})
+            agent = {"command": scripted_agent_command(scenario), "supports_permission_requests": True}
+        else:
+            command = inference_agent_command(threads=self.threads)
+            agent = {"command": command, "supports_permission_requests": True, "env": inference_agent_env()}
+        data = {
+            "workspace": str(workspace),
+            "agent": agent,
+            "policy": {"rules": RULES},
+            "limits": {"max_iterations": 4, "turn_timeout_s": 300, "cancel_grace_s": 30},
+            "transcripts": str(root / "transcripts"),
+        }
+        return parse_config(data, base_dir=root)
+
+    def task(self, index: int) -> Task:
+        if self.agent_kind == "inference":
+            title, body = INFERENCE_TASKS[index % len(INFERENCE_TASKS)]
+            return Task(f"T{index + 1}", title, body)
+        return Task(f"T{index + 1}", f"soak task {index + 1}", "Write out/result.txt and read it back.")
+
+    def _observe(self, record: dict[str, Any]) -> None:
+        kind = record["type"]
+        if kind == "agent_start":
+            self._agent = psutil.Process(record["pid"])
+        elif kind == "task_end":
+            self.terminals[record["terminal"]] = self.terminals.get(record["terminal"], 0) + 1
+
+    def _ended(self, result: Any) -> None:
+        """The kernel run ended: a soak must drain every task, so anything short of that fails."""
+        if self.error is None and len(self.table) < self.tasks:
+            self.error = SoakError(
+                "run",
+                f"the run ended {result.terminal.value} after {len(self.table)} of {self.tasks} tasks: {result.reason}",
+                baseline=self.tasks,
+                final=len(self.table),
+            )
+        if self.error is None:
+            self._finish()
+
+    # --- at each task boundary -----------------------------------------------------------------
+
+    async def boundary(self, done: int) -> bool:
+        """Sample and check after task `done`; False stops the soak (a bound broke)."""
+        self.injector.leak()
+        gc.collect()  # garbage waiting for a collection is not a leak (cheap: see the freeze below)
+        transcript = self._transcript_total if self.mode == "per-task" else self._kernel.transcript_bytes
+        agent = self._agent if self.mode == "shared" else None
+        self.table.append(take_sample(done, self._started, agent, transcript))
+        if self.progress is not None:
+            self.progress(done, self.tasks)
+        try:
+            if done == self.bounds.warmup:
+                self._baseline = await self._settled_counters()
+                # Everything alive now moves to a permanent generation, so the collection before each
+                # sample only walks what was allocated since (18 ms -> well under 1 ms per task).
+                gc.freeze()
+                self._snapshot = tracemalloc.take_snapshot()
+            elif self._baseline is not None and done % self.bounds.quiet_every == 0:
+                await self._check_counters(done)
+            size = self.bounds.window_for(self.tasks)
+            if done > self.bounds.warmup and (done - self.bounds.warmup) % size == 0:
+                self._check_memory_and_transcript()
+        except SoakError as error:
+            self.error = error
+            return False
+        return True
+
+    async def _settled_counters(self) -> Counters:
+        """Counters once two reads agree (after a collection and a short wait)."""
+        previous = kernel_counters()
+        for _ in range(self.bounds.settle_retries):
+            gc.collect()
+            await asyncio.sleep(0.02)
+            current = kernel_counters()
+            if current == previous:
+                return current
+            previous = current
+        return previous
+
+    async def _check_counters(self, done: int) -> None:
+        assert self._baseline is not None
+        for _ in range(self.bounds.settle_retries):
+            diff = kernel_counters().diff(self._baseline)
+            if not diff:
+                return
+            gc.collect()
+            await asyncio.sleep(0.02)
+        resource, (baseline, now) = next(iter(diff.items()))
+        raise UnclosedResourceError(
+            f"kernel {resource}",
+            f"{now} after task {done}, baseline {baseline} (+{now - baseline}) after "
+            f"{self.bounds.settle_retries} settle retries",
+            baseline=baseline,
+            final=now,
+            extras=_what_is_open(resource),
+        )
+
+    def _check_memory_and_transcript(self) -> None:
+        b = self.bounds
+        checks = [
+            ("kernel_rss", b.kernel_rss_slope, b.kernel_growth_ceiling, b.kernel_peak_ceiling),
+            ("kernel_uss", b.kernel_uss_slope, b.kernel_growth_ceiling, None),
+            ("tracemalloc_current", b.tracemalloc_slope, b.kernel_growth_ceiling, None),
+            ("agent_rss", b.agent_rss_slope, b.agent_growth_ceiling, None),
+        ]
+        for metric, limit, ceiling, peak in checks:
+            try:
+                self.figures[metric] = check_memory(self.table, b, metric=metric, limit=limit, ceiling=ceiling,
+                                                    peak=peak)  # fmt: skip
+            except MemoryGrowthError as error:
+                error.extras = {**(error.extras or {}), "tracemalloc_top": self._top_allocations()}
+                top = "\n".join(f"    {line}" for line in error.extras["tracemalloc_top"][:5])
+                error.args = (f"{error.args[0]}\n  top tracemalloc growth since the warm-up:\n{top}",)
+                raise
+        self.figures["transcript_bytes"] = check_transcript(self.table, b)
+
+    def _finish(self) -> None:
+        """The last checks, over every complete window."""
+        if self.error is None and window_slices(len(self.table), self.bounds):
+            try:
+                self._check_memory_and_transcript()
+            except SoakError as error:
+                self.error = error
+
+    def _top_allocations(self) -> list[str]:
+        if self._snapshot is None or not tracemalloc.is_tracing():
+            return []
+        stats = tracemalloc.take_snapshot().compare_to(self._snapshot, "lineno")
+        return [str(stat) for stat in stats[:10]]
+
+
+class _SoakQueue:
+    """The soak's host: hands out the tasks, and runs the boundary checks when asked for more."""
+
+    name = "soak"
+
+    def __init__(self, runner: SoakRunner, count: int, *, first: int = 0) -> None:
+        self.runner = runner
+        self.open = [runner.task(first + i) for i in range(count)]
+        self.done = 0
+        self.shared = runner.mode == "shared"
+
+    async def check_authorized(self) -> None:
+        return None
+
+    async def list_tasks(self) -> list[Task]:
+        if self.shared and self.done and not await self.runner.boundary(self.done):
+            return []  # a bound broke: the kernel ends Idle, the runner reports the error
+        return list(self.open)
+
+    async def mark_done(self, task: Task) -> None:
+        self.open = [t for t in self.open if t.id != task.id]
+        self.done += 1
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _what_is_open(resource: str) -> list[str]:
+    """The psleak-style extras: what is open now, so the leak can be found."""
+    me = psutil.Process()
+    if resource == "fds":
+        return [f"fd {f.fd}: {f.path}" for f in me.open_files()] + [
+            f"socket {c.fd}: {c.laddr} -> {c.raddr}" for c in me.net_connections("all")
+        ]
+    if resource in ("threads", "python_threads"):
+        return [t.name for t in threading.enumerate()]
+    if resource == "children":
+        return [" ".join(c.cmdline()) for c in me.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]
+    return []

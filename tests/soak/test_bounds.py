@@ -1,0 +1,69 @@
+"""The soak heuristics on scripted series (no real memory): when they fail, and when they must not."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.pytest_plugin import LOOP_SOAK
+from soak import Bounds, MemoryGrowthError, SampleTable, TranscriptGrowthError, check_memory, check_transcript, slope
+
+pytestmark = LOOP_SOAK
+
+BOUNDS = Bounds(warmup=10, window=10)
+
+
+def table(rss, transcript_per_task=100):
+    rows = SampleTable(len(rss))
+    total = 0
+    for i, value in enumerate(rss, start=1):
+        per_task = transcript_per_task(i) if callable(transcript_per_task) else transcript_per_task
+        total += per_task
+        rows.append((i, float(i), value, value, 10, 4, 1, value, None, None, None, total))
+    return rows
+
+
+def test_slope_is_least_squares():
+    assert slope([1, 3, 5, 7]) == pytest.approx(2.0)
+    assert slope([5]) == 0.0
+
+
+def test_flat_memory_passes():
+    figures = check_memory(table([1000] * 50), BOUNDS, metric="kernel_rss", limit=100, ceiling=10_000)
+    assert figures["window_slopes"] == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_one_noisy_window_is_not_a_leak():
+    rss = [1000] * 20 + [1000 + 500 * i for i in range(10)] + [5500] * 20
+    check_memory(table(rss), BOUNDS, metric="kernel_rss", limit=100, ceiling=10_000)
+
+
+def test_growth_in_two_consecutive_windows_fails():
+    rss = [1000] * 10 + [1000 + 200 * i for i in range(40)]
+    with pytest.raises(MemoryGrowthError, match=r"kept growing: slope 0\.2 then 0\.2 KiB/task"):
+        check_memory(table(rss), BOUNDS, metric="kernel_rss", limit=100, ceiling=1 << 30)
+
+
+def test_a_step_beyond_the_ceiling_fails():
+    rss = [1000] * 30 + [50_000] * 20
+    with pytest.raises(MemoryGrowthError, match="after the warm-up"):
+        check_memory(table(rss), BOUNDS, metric="kernel_rss", limit=1 << 30, ceiling=10_000)
+
+
+def test_growth_during_the_warm_up_is_excluded():
+    rss = [1000 * i for i in range(1, 11)] + [10_000] * 40
+    check_memory(table(rss), BOUNDS, metric="kernel_rss", limit=100, ceiling=1000)
+
+
+def test_a_transcript_that_grows_per_task_fails():
+    with pytest.raises(TranscriptGrowthError, match="bytes per task grew"):
+        check_transcript(table([1000] * 50, transcript_per_task=lambda i: 100 + 50 * i), BOUNDS)
+
+
+def test_a_constant_transcript_per_task_passes():
+    figures = check_transcript(table([1000] * 50, transcript_per_task=100), BOUNDS)
+    assert figures["window_means"] == [100.0, 100.0, 100.0, 100.0]
+
+
+def test_unknown_bounds_are_refused():
+    with pytest.raises(TypeError, match="unknown bounds"):
+        Bounds().with_overrides(wramup=3)
