@@ -22,6 +22,7 @@ __all__ = [
     "FaultConfig",
     "LimitsConfig",
     "PolicyConfig",
+    "ProposalConfig",
     "QueueConfig",
     "RoleConfig",
     "RuleConfig",
@@ -113,22 +114,54 @@ class FaultConfig(_Strict):
     cause: str = "scripted outage"
 
 
+class ProposalConfig(_Strict):
+    """A change awaiting review in the memory host's proposal queue."""
+
+    id: str = Field(min_length=1)
+    title: str = ""
+    body: str = ""
+    branch: str = ""  # the proposal's head branch
+    created: float | None = None
+    updated: float | None = None
+
+
+CompleteAction = Literal["comment", "close", "unassign"]
+
+
 class QueueConfig(_Strict):
-    provider: Literal["memory"] = "memory"
+    provider: Literal["memory", "github"] = "memory"
     order: Literal["created", "updated"] = "created"
-    tasks: list[TaskConfig] = Field(default_factory=list)
-    authorized: bool = True
-    faults: list[FaultConfig] = Field(default_factory=list)
     max_wait_s: float = Field(default=300.0, ge=0)  # total waiting on rate limits and outages
     max_retries: int = Field(default=5, ge=0)  # per host call
     backoff_base_s: float = Field(default=1.0, gt=0)  # first outage back-off, doubled per retry
+    # memory
+    tasks: list[TaskConfig] = Field(default_factory=list)
+    proposals: list[ProposalConfig] = Field(default_factory=list)
+    authorized: bool = True
+    faults: list[FaultConfig] = Field(default_factory=list)
+    # github
+    api_url: str = "https://api.github.com"
+    repo: str | None = None  # owner/name
+    assignee: str | None = None  # the agent's login
+    token_env: str = "GITHUB_TOKEN"  # the name of the environment variable holding the token
+    on_complete: list[CompleteAction] = Field(default_factory=lambda: ["comment", "close"])
+    base_branch: str = "main"  # where proposals (pull requests) are opened against
+    request_timeout_s: float = Field(default=10.0, gt=0)
 
     @model_validator(mode="after")
-    def _unique_task_ids(self) -> QueueConfig:
+    def _consistent(self) -> QueueConfig:
         ids = [t.id for t in self.tasks]
         dup = {i for i in ids if ids.count(i) > 1}
         if dup:
             raise ValueError(f"task ids must be unique (repeated: {sorted(dup)})")
+        if self.provider == "github":
+            for key in ("repo", "assignee"):
+                if not getattr(self, key):
+                    raise ValueError(f"the github provider needs '{key}'")
+            if self.repo is not None and self.repo.count("/") != 1:
+                raise ValueError(f"repo must be 'owner/name' (got {self.repo!r})")
+            if self.tasks or self.proposals or self.faults:
+                raise ValueError("tasks, proposals and faults belong to the memory provider")
         return self
 
 

@@ -77,7 +77,7 @@ class Kernel:
         observer: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.config = config
-        self.provider = provider or make_provider(config.queue)
+        self.provider = provider or make_provider(config.queue, trigger=config.role.trigger)
         self.interactive_handler = interactive_handler
         self.transcript_path = transcript_path or default_transcript_path(config)
         self.observer = observer

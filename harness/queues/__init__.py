@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from .._config import QueueConfig
+from .github import GitHubAssignedIssueProvider
 from .memory import MemoryQueueProvider
 from .protocol import QueueProvider, Task
 
-__all__ = ["MemoryQueueProvider", "QueueProvider", "Task", "make_provider"]
+__all__ = ["GitHubAssignedIssueProvider", "MemoryQueueProvider", "QueueProvider", "Task", "make_provider"]
 
 
-def make_provider(config: QueueConfig) -> QueueProvider:
-    """The provider a config names."""
-    if config.provider == "memory":
-        return MemoryQueueProvider.from_config(config)
-    raise ValueError(f"unknown queue provider {config.provider!r}")  # the config schema prevents this
+def make_provider(config: QueueConfig, *, trigger: str = "IssueAssigned") -> QueueProvider:
+    """The provider a config names, serving the queue of the role's trigger."""
+    if config.provider == "github":
+        return GitHubAssignedIssueProvider(config, trigger=trigger)
+    return MemoryQueueProvider.from_config(config, trigger=trigger)

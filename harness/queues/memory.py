@@ -1,14 +1,18 @@
-"""The in-process queue: the default host, and a scriptable one for tests.
+"""The in-process host: the default, and a scriptable one for tests.
 
-Faults from the config (`queue.faults`) make it answer like a troubled host:
-`rate_limited` (with a reset time), `unavailable`, `unauthorized` or `rejected`, a given
-number of times, for `list_tasks` or for marking one task done.
+It serves both queues: the issues assigned to the agent (`tasks`) and the
+proposals awaiting its review (`proposals`, plus any opened through the host
+tools during the run). Faults from the config (`queue.faults`) make it answer
+like a troubled host: `rate_limited` (with a reset time), `unavailable`,
+`unauthorized` or `rejected`, a given number of times, for `list_tasks` or
+for marking one task done.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from .._config import FaultConfig, QueueConfig
 from .._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
@@ -26,20 +30,38 @@ class _Fault:
 class MemoryQueueProvider:
     name = "memory"
 
-    def __init__(self, tasks: list[Task], *, authorized: bool = True, faults: list[FaultConfig] | None = None) -> None:
+    def __init__(
+        self,
+        tasks: list[Task],
+        *,
+        proposals: list[Task] | None = None,
+        trigger: str = "IssueAssigned",
+        authorized: bool = True,
+        faults: list[FaultConfig] | None = None,
+    ) -> None:
         self._open = list(tasks)
+        self._awaiting_review = list(proposals or ())
+        self.trigger = trigger
         self._authorized = authorized
         self._faults = [_Fault(f, f.times) for f in faults or ()]
         self.done: list[str] = []  # ids marked done, in order
         self.calls: dict[str, int] = {"list_tasks": 0, "mark_done": 0}
+        self.proposals: list[dict[str, Any]] = []  # opened through the host tools
+        self.reviews: list[dict[str, Any]] = []  # submitted through the host tools
 
     @classmethod
-    def from_config(cls, config: QueueConfig) -> MemoryQueueProvider:
+    def from_config(cls, config: QueueConfig, *, trigger: str = "IssueAssigned") -> MemoryQueueProvider:
         key = "created" if config.order == "created" else "updated"
-        indexed = list(enumerate(config.tasks))
-        indexed.sort(key=lambda it: getattr(it[1], key) if getattr(it[1], key) is not None else it[0])
-        tasks = [Task(t.id, t.title, t.body) for _, t in indexed]
-        return cls(tasks, authorized=config.authorized, faults=list(config.faults))
+
+        def ordered(items: list[Any]) -> list[Any]:
+            positions = {id(item): i for i, item in enumerate(items)}
+            return sorted(items, key=lambda it: getattr(it, key) if getattr(it, key) is not None else positions[id(it)])
+
+        tasks = [Task(t.id, t.title, t.body) for t in ordered(config.tasks)]
+        proposals = [Task(p.id, p.title, p.body, "proposal", p.branch) for p in ordered(config.proposals)]
+        return cls(
+            tasks, proposals=proposals, trigger=trigger, authorized=config.authorized, faults=list(config.faults)
+        )
 
     async def check_authorized(self) -> None:
         if not self._authorized:
@@ -48,16 +70,34 @@ class MemoryQueueProvider:
     async def list_tasks(self) -> list[Task]:
         self.calls["list_tasks"] += 1
         self._maybe_fail("list_tasks", None)
-        return list(self._open)
+        return list(self._awaiting_review if self.trigger == "ProposalAwaitingReview" else self._open)
 
     async def mark_done(self, task: Task) -> None:
         self.calls["mark_done"] += 1
         self._maybe_fail("mark_done", task.id)
         self._open = [t for t in self._open if t.id != task.id]
+        self._awaiting_review = [t for t in self._awaiting_review if t.id != task.id]
         self.done.append(task.id)
 
     async def aclose(self) -> None:
         return None
+
+    # --- host tools ----------------------------------------------------------------------------
+
+    async def open_proposal(self, task: Task, *, title: str, body: str, head: str) -> dict[str, Any]:
+        proposal = {"id": f"P{len(self.proposals) + 1}", "task": task.id, "title": title, "body": body, "head": head}
+        self.proposals.append(proposal)
+        # It now awaits review, for a reviewer role draining this host's proposal queue.
+        self._awaiting_review.append(Task(proposal["id"], title, body, "proposal", head))
+        return {"id": proposal["id"], "head": head}
+
+    async def submit_review(self, task: Task, *, verdict: str, body: str) -> dict[str, Any]:
+        review = {"id": f"R{len(self.reviews) + 1}", "proposal": task.id, "verdict": verdict, "body": body}
+        self.reviews.append(review)
+        return {"id": review["id"], "state": verdict}
+
+    async def commits_status(self, ref: str) -> dict[str, Any]:
+        return {"state": "pending", "statuses": [], "note": "the memory host runs no checks"}
 
     def _maybe_fail(self, op: str, task_id: str | None) -> None:
         for fault in self._faults:

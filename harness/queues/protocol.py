@@ -18,6 +18,8 @@ class Task:
     id: str
     title: str = ""
     body: str = ""
+    kind: str = "issue"  # "issue" (IssueAssigned) or "proposal" (ProposalAwaitingReview)
+    branch: str = ""  # a proposal's head branch
 
 
 class QueueProvider(Protocol):
@@ -27,7 +29,8 @@ class QueueProvider(Protocol):
         """Raise HostUnauthorized if our credentials do not work (checked before any task)."""
 
     async def list_tasks(self) -> list[Task]:
-        """The open tasks assigned to the agent, in the configured order."""
+        """The open work for the role's trigger, in the configured order: issues assigned to the
+        agent (IssueAssigned), or proposals whose review is requested from it (ProposalAwaitingReview)."""
 
     async def mark_done(self, task: Task) -> None:
         """Close or delete a completed task on the host (may fail: the kernel skips it anyway)."""
