@@ -83,10 +83,17 @@ class AgentLink:
             )
         return None
 
-    async def new_session(self, cwd: Path, meta: dict[str, Any]) -> str | Stop:
+    @property
+    def supports_http_mcp(self) -> bool:
+        """The agent said it can use MCP servers over HTTP (how the host tools are served)."""
+        caps = self._init.agent_capabilities if self._init else None
+        return bool(caps and caps.mcp_capabilities and caps.mcp_capabilities.http)
+
+    async def new_session(self, cwd: Path, meta: dict[str, Any], mcp_servers: list[dict[str, Any]]) -> str | Stop:
         """Open a session (one per task); its id, or a Stop."""
         assert self._conn is not None
-        outcome = await self._request(self._conn.new_session(cwd=str(cwd), mcp_servers=[], **meta), "session/new")
+        request = self._conn.new_session(cwd=str(cwd), mcp_servers=mcp_servers, **meta)  # type: ignore[arg-type]
+        outcome = await self._request(request, "session/new")
         if isinstance(outcome, Stop):
             return outcome
         self._last_session = outcome.session_id

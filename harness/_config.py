@@ -173,11 +173,24 @@ class LimitsConfig(_Strict):
     init_timeout_s: float = Field(default=30.0, gt=0)  # spawn + initialize + session/new
 
 
+HOST_TOOLS = ("get_issue", "open_proposal", "submit_review", "get_commits_status", "plan_verification")
+
+
 class RoleConfig(_Strict):
+    """A prompt prefix, the host tools the agent may use (empty: all), what it drains, and when it is done."""
+
     prompt: str = ""
     tools: list[str] = Field(default_factory=list)
-    trigger: Literal["IssueAssigned"] = "IssueAssigned"
-    termination: None = None
+    trigger: Literal["IssueAssigned", "ProposalAwaitingReview"] = "IssueAssigned"
+    termination: Literal["ProposalOpened", "ReviewSubmitted"] | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, tools: list[str]) -> list[str]:
+        unknown = [t for t in tools if t not in HOST_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown host tool(s) {unknown} (known: {', '.join(HOST_TOOLS)})")
+        return tools
 
 
 class Config(_Strict):

@@ -91,6 +91,7 @@ class Kernel:
         self._link: AgentLink | None = None
         self._git_dir: Path | None = None
         self._repo: pygit2.Repository | None = None
+        self._host_tools: Any = None  # a HostToolServer while the agent can reach the host tools
 
     @property
     def status(self) -> dict[str, Any]:
@@ -209,6 +210,7 @@ class Kernel:
         stop = await self._link.start()
         if stop is not None:
             return stop
+        await self._start_host_tools()
         if prompt is not None:
             self._transcript.record("task_start", task={"id": None, "title": "single prompt"})
             return (await self._session(prompt, task=None))[0]
@@ -241,12 +243,29 @@ class Kernel:
             self._repo = pygit2.Repository(str(self._git_dir))
         return read_git_state(self.config.workspace, self._git_dir, self._repo)
 
+    async def _start_host_tools(self) -> None:
+        """Serve the host's tools over MCP when the agent can use an HTTP MCP server."""
+        assert self._transcript is not None and self._link is not None
+        if not self._link.supports_http_mcp:
+            self._transcript.record("host_tools", served=False, why="the agent does not advertise mcpCapabilities.http")
+            return
+        from ._host_tools import HostTools  # the MCP server costs ~0.5 s to import: only when it is used
+        from ._mcp_host import HostToolServer
+
+        tools = HostTools(self.provider, workspace=self.config.workspace, git_dir=self._git_dir)
+        self._host_tools = HostToolServer(tools, self._transcript)
+        await self._host_tools.start()
+        self._transcript.record("host_tools", served=True, port=self._host_tools.port,
+                                allowlist=self.config.role.tools or "all")  # fmt: skip
+
     async def _teardown(self) -> None:
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.exec_host.release_all()
         if self._link is not None:
             await self._link.close()
+        if self._host_tools is not None:
+            await self._host_tools.stop()
         with contextlib.suppress(Exception):
             await self.provider.aclose()
 
@@ -294,7 +313,17 @@ class Kernel:
         self._transcript.record("task_start", task={"id": task.id, "title": task.title})
         self._client.begin_task()
         started = time.monotonic()
-        stop, iterations = await self._session(_task_prompt(self.config.role.prompt, task), task=task)
+        if self._host_tools is None:
+            stop, iterations = await self._session(_task_prompt(self.config.role.prompt, task), task=task)
+            used: list[str] = []
+        else:
+            binding = self._host_tools.tools.bind(task, self.config.role.tools)
+            with self._host_tools.serving(binding) as entry:
+                stop, iterations = await self._session(
+                    _task_prompt(self.config.role.prompt, task), task=task, mcp_servers=[entry]
+                )
+            used = binding.used
+        stop = self._check_termination(stop, used)
         result = TaskResult(
             id=task.id,
             title=task.title,
@@ -308,14 +337,33 @@ class Kernel:
         self._transcript.record("task_end", **result.to_json())
         return result
 
+    def _check_termination(self, stop: Stop, used: list[str]) -> Stop:
+        """After Completed, the role's termination must be met, or the run waits for a person."""
+        termination = self.config.role.termination
+        if stop.terminal is not Terminal.COMPLETED or termination is None:
+            return stop
+        needed = {"ProposalOpened": "open_proposal", "ReviewSubmitted": "submit_review"}[termination]
+        if needed in used:
+            return stop
+        reason = {
+            "kind": "termination",
+            "stop_reason": "termination",
+            "termination": termination,
+            "detail": f"the task completed without a successful {needed}",
+            "completed": dict(stop.reason),
+        }
+        return Stop(Terminal.BLOCKED_AWAITING_INPUT, reason)
+
     # --- a session, turn by turn ---------------------------------------------------------------
 
-    async def _session(self, first_prompt: str, *, task: Task | None) -> tuple[Stop, int]:
+    async def _session(
+        self, first_prompt: str, *, task: Task | None, mcp_servers: list[dict[str, Any]] | None = None
+    ) -> tuple[Stop, int]:
         """Run one session to its end: the stop, and the number of prompt rounds."""
         assert self._link is not None and self._client is not None and self._transcript is not None
         assert self._cancel_event is not None
         meta = {"loopHarness": {"taskId": task.id, "title": task.title}} if task else {}
-        session_id = await self._link.new_session(self.config.workspace, meta)
+        session_id = await self._link.new_session(self.config.workspace, meta, mcp_servers or [])
         if isinstance(session_id, Stop):
             return session_id, 0
         limits = self.config.limits

@@ -40,6 +40,7 @@ class _Session:
         self.script: TaskScript | None = None
         self.turns_played = 0
         self.cancel = threading.Event()
+        self.mcp_servers: list[dict[str, Any]] = []
 
 
 class _Stop(Exception):
@@ -85,7 +86,11 @@ class ScriptedAgent:
                 request_id,
                 {
                     "protocolVersion": self.scenario.protocol_version,
-                    "agentCapabilities": {"loadSession": False, "sessionCapabilities": {"close": {}}},
+                    "agentCapabilities": {
+                        "loadSession": False,
+                        "sessionCapabilities": {"close": {}},
+                        "mcpCapabilities": {"http": self.scenario.mcp_http, "sse": False},
+                    },
                     "agentInfo": {"name": self.scenario.name, "version": "0.1.0"},
                     "authMethods": [],
                 },
@@ -96,6 +101,7 @@ class ScriptedAgent:
             session = _Session(
                 f"sess_{self._session_ids}", params.get("cwd", ""), meta.get("taskId"), meta.get("title")
             )
+            session.mcp_servers = [s for s in params.get("mcpServers") or [] if s.get("type") == "http"]
             self.sessions[session.id] = session
             while len(self.sessions) > MAX_SESSIONS:
                 self.sessions.popitem(last=False)
@@ -333,6 +339,46 @@ class _Player:
     def _step_growing_message(self, size: int) -> None:
         """A message `size` bytes longer with every session: a transcript that grows per task."""
         self._message("g" * int(size) * self.agent._session_ids)
+
+    def _mcp(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One JSON-RPC call to the session's first HTTP MCP server (stateless JSON mode)."""
+        import urllib.error
+        import urllib.request
+
+        assert self.session is not None
+        if not self.session.mcp_servers:
+            return {"error": {"code": -1, "message": "the session has no HTTP MCP server"}}
+        server = self.session.mcp_servers[0]
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        headers.update({h["name"]: h["value"] for h in server.get("headers") or []})
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+        request = urllib.request.Request(server["url"], data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return {"error": {"code": exc.code, "message": exc.read().decode(errors="replace")}}
+
+    def _step_mcp_list(self, _: Any) -> None:
+        answer = self._mcp("tools/list", {})
+        names = [t["name"] for t in (answer.get("result") or {}).get("tools", [])]
+        self._message(f"mcp tools: {', '.join(names)}" if "result" in answer else f"mcp error: {answer['error']}")
+
+    def _step_mcp_call(self, spec: dict[str, Any]) -> None:
+        self._call_ids += 1
+        call_id = f"mcp_{self._call_ids}"
+        tool = spec["tool"]
+        self._update({"sessionUpdate": "tool_call", "toolCallId": call_id, "title": f"mcp: {tool}", "kind": "other",
+                      "status": "in_progress", "rawInput": spec.get("arguments", {})})  # fmt: skip
+        answer = self._mcp("tools/call", {"name": tool, "arguments": spec.get("arguments", {})})
+        result = answer.get("result") or {}
+        failed = "error" in answer or result.get("isError")
+        text = "".join(c.get("text", "") for c in result.get("content", [])) if "result" in answer else ""
+        self._update({"sessionUpdate": "tool_call_update", "toolCallId": call_id,
+                      "status": "failed" if failed else "completed"})  # fmt: skip
+        self._message(f"mcp {tool}: {answer['error']['message']}" if "error" in answer else f"mcp {tool}: {text}")
+        if failed and spec.get("on_error", "continue") != "continue":
+            raise _Stop("end_turn")
 
     def _step_big_message(self, size: int) -> None:
         self._message("x" * int(size))

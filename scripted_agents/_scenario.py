@@ -1,6 +1,6 @@
 """Scenario files: which turns the scripted agent plays for which task.
 
-    agent: {name: scripted, protocol_version: 1}
+    agent: {name: scripted, protocol_version: 1, mcp_http: false}
     startup: [ {stderr_flood: 1000} ]          # steps before reading stdin (optional)
     tasks:
       - id: T1                                  # match the task id (session/new _meta)
@@ -56,6 +56,8 @@ STEP_KINDS = frozenset(
         "echo_prompt",
         "spawn_child",
         "growing_message",
+        "mcp_list",
+        "mcp_call",
     }
 )
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
@@ -101,7 +103,7 @@ class TaskScript:
 
 
 class Scenario:
-    __slots__ = ("name", "protocol_version", "startup", "tasks")
+    __slots__ = ("mcp_http", "name", "protocol_version", "startup", "tasks")
 
     def __init__(
         self,
@@ -109,11 +111,13 @@ class Scenario:
         name: str = "scripted",
         protocol_version: int = 1,
         startup: tuple[dict[str, Any], ...] = (),
+        mcp_http: bool = False,
     ) -> None:
         self.tasks = tasks
         self.name = name
         self.protocol_version = protocol_version
         self.startup = startup
+        self.mcp_http = mcp_http  # advertise mcpCapabilities.http (and use the session's MCP servers)
 
     def script_for(self, task_id: str | None, title: str | None, prompt: str) -> TaskScript | None:
         """The first script whose matcher fits; the default (no matcher) if none does."""
@@ -141,7 +145,7 @@ def parse_scenario(data: Any) -> Scenario:
         raise ScenarioError("a scenario is a mapping with a 'tasks' list")
     _only(data, {"agent", "startup", "tasks"}, "scenario")
     agent = data.get("agent") or {}
-    _only(agent, {"name", "protocol_version"}, "agent")
+    _only(agent, {"name", "protocol_version", "mcp_http"}, "agent")
     tasks = data.get("tasks")
     if not isinstance(tasks, list) or not tasks:
         raise ScenarioError("tasks: a non-empty list is required")
@@ -152,6 +156,7 @@ def parse_scenario(data: Any) -> Scenario:
         name=str(agent.get("name", "scripted")),
         protocol_version=int(agent.get("protocol_version", 1)),
         startup=startup,
+        mcp_http=bool(agent.get("mcp_http", False)),
     )
 
 

@@ -3,6 +3,8 @@ the transcript is complete and valid after each (checked by the run_loop fixture
 
 from __future__ import annotations
 
+import time
+
 import psutil
 import pytest
 
@@ -17,12 +19,19 @@ def agent_pid(result):
     return next(r["pid"] for r in read_transcript(result.transcript) if r["type"] == "agent_start")
 
 
-def alive(pid):
-    """Running, as opposed to gone or a zombie (killed orphans wait for init to reap them)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+def alive(pid, settle=5.0):
+    """Still running `settle` seconds on, as opposed to gone or a zombie (killed orphans wait for
+    init to reap them; a killed process closes its pipes a moment before it is a zombie)."""
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.02)
 
 
 def assert_agent_gone(result):

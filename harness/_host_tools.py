@@ -1,0 +1,166 @@
+"""The host's tools, bound to the task at hand: what an agent may ask of the tracker.
+
+    get_issue           the task: id, title, body (and the head branch of a proposal)
+    open_proposal       open a proposal from the workspace's branch (memory: recorded; GitHub: a pull request)
+    submit_review       review the proposal being worked on (approve, request_changes or comment)
+    get_commits_status  the checks on a ref (default: the proposal's head, else HEAD)
+    plan_verification   the steps to verify the change: the files it touches, and what to run
+
+A role's allowlist decides which of them a task's agent sees and may call; an empty allowlist
+keeps them all. This module is transport-free: `_mcp_host.py` serves it over MCP.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from ._config import HOST_TOOLS
+from .queues import QueueProvider, Task
+
+__all__ = ["DEFAULT_TOOLS", "TOOL_SPECS", "HostToolError", "HostTools", "TaskBinding"]
+
+TOOL_SPECS: dict[str, dict[str, Any]] = {
+    "get_issue": {
+        "description": "The task you are working on: its id, title and body.",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+    "open_proposal": {
+        "description": "Propose your change for review: opens a proposal (pull request) from your branch.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"title": {"type": "string", "maxLength": 120}, "body": {"type": "string", "maxLength": 400}},
+            "required": ["title"],
+        },
+    },
+    "submit_review": {
+        "description": "Submit your review of the proposal you are reviewing.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "verdict": {"type": "string", "enum": ["approve", "request_changes", "comment"]},
+                "body": {"type": "string", "maxLength": 400},
+            },
+            "required": ["verdict"],
+        },
+    },
+    "get_commits_status": {
+        "description": "The status of the checks on a commit (default: the proposal's head).",
+        "inputSchema": {"type": "object", "properties": {"ref": {"type": "string", "maxLength": 80}}},
+    },
+    "plan_verification": {
+        "description": "How to verify the change: the files it touches and what to run.",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+}
+DEFAULT_TOOLS = tuple(TOOL_SPECS)
+assert DEFAULT_TOOLS == HOST_TOOLS  # the config validates role allowlists against the same names
+
+
+class HostToolError(Exception):
+    """A tool call that cannot be carried out (the agent sees it as a failed tool call)."""
+
+
+@dataclass
+class TaskBinding:
+    """One task's view of the host tools: which it may use, and which it used."""
+
+    task: Task
+    allowed: frozenset[str]
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    used: list[str] = field(default_factory=list)  # tools called successfully, in order
+
+
+class HostTools:
+    def __init__(self, provider: QueueProvider, *, workspace: Path, git_dir: Path | None) -> None:
+        self.provider = provider
+        self.workspace = workspace
+        self.git_dir = git_dir
+
+    def bind(self, task: Task, allowlist: list[str]) -> TaskBinding:
+        allowed = frozenset(allowlist) & frozenset(TOOL_SPECS) if allowlist else frozenset(DEFAULT_TOOLS)
+        return TaskBinding(task, allowed)
+
+    async def call(self, binding: TaskBinding, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Carry out one allowed tool call; raises HostToolError for a call that cannot be done."""
+        task = binding.task
+        if name == "get_issue":
+            result: dict[str, Any] = {"id": task.id, "title": task.title, "body": task.body, "kind": task.kind}
+            if task.branch:
+                result["branch"] = task.branch
+        elif name == "open_proposal":
+            if task.kind != "issue":
+                raise HostToolError("open_proposal works on an issue, and this task is a proposal to review")
+            head = self._branch()
+            result = await _host(self.provider, "open_proposal")(
+                task, title=str(arguments.get("title") or task.title), body=str(arguments.get("body") or ""), head=head
+            )
+        elif name == "submit_review":
+            if task.kind != "proposal":
+                raise HostToolError("submit_review needs a proposal to review, and this task is an issue")
+            verdict = arguments.get("verdict")
+            if verdict not in ("approve", "request_changes", "comment"):
+                raise HostToolError(f"verdict must be approve, request_changes or comment (got {verdict!r})")
+            result = await _host(self.provider, "submit_review")(
+                task, verdict=verdict, body=str(arguments.get("body", ""))
+            )
+        elif name == "get_commits_status":
+            ref = str(arguments.get("ref") or task.branch or self._head_sha())
+            result = {"ref": ref, **await _host(self.provider, "commits_status")(ref)}
+        elif name == "plan_verification":
+            result = self._plan(task)
+        else:
+            raise HostToolError(f"unknown tool {name!r}")
+        binding.used.append(name)
+        return result
+
+    def _repo(self) -> pygit2.Repository:
+        if self.git_dir is None:
+            raise HostToolError("the workspace is not a git worktree")
+        return pygit2.Repository(str(self.git_dir))
+
+    def _branch(self) -> str:
+        repo = self._repo()
+        if repo.head_is_detached or repo.head_is_unborn:
+            raise HostToolError("HEAD is not on a branch: there is nothing to propose from")
+        return repo.head.shorthand
+
+    def _head_sha(self) -> str:
+        repo = self._repo()
+        return "HEAD" if repo.head_is_unborn else str(repo.head.target)
+
+    def _plan(self, task: Task) -> dict[str, Any]:
+        """The files the change touches (from git, when its branch is here) and the checks to run."""
+        changed: list[str] = []
+        repo = self._repo()
+        head = _resolve(repo, task.branch) if task.branch else None
+        base = _resolve(repo, "main") or _resolve(repo, "master")
+        if head is not None and base is not None:
+            diff = repo.diff(repo.merge_base(head, base) or base, head)
+            changed = sorted({d.delta.new_file.path for d in diff})
+        steps = [
+            f"read the change on {task.branch or 'the working branch'}"
+            + (f" ({len(changed)} file(s): {', '.join(changed[:10])})" if changed else ""),
+            "check that it does what the task asks, and nothing else",
+            "run the project's tests",
+            "check get_commits_status for the change's head",
+        ]
+        return {"proposal": task.id, "changed_files": changed, "steps": steps}
+
+
+def _host(provider: QueueProvider, operation: str) -> Any:
+    method = getattr(provider, operation, None)
+    if method is None:
+        raise HostToolError(f"the {provider.name} host does not support {operation}")
+    return method
+
+
+def _resolve(repo: pygit2.Repository, name: str) -> pygit2.Oid | None:
+    for ref in (f"refs/heads/{name}", f"refs/remotes/origin/{name}"):
+        if ref in repo.references:
+            return repo.references[ref].peel(pygit2.Commit).id
+    return None

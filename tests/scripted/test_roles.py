@@ -1,0 +1,186 @@
+"""Roles and the host's MCP tools: allowlists, triggers, terminations, both hosts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fakegithub import FakeGitHub
+
+from harness import Terminal, load_config, read_transcript
+from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.queues import make_provider
+from harness.testing import write_yaml
+from scripted_agents.presets import scenario, turn
+
+pytestmark = LOOP_SCRIPTED
+
+MCP_AGENT = {"agent": {"mcp_http": True}}
+REVIEWER = {
+    "prompt": "Review the proposed change. Do not edit the worktree.",
+    "tools": ["get_commits_status", "plan_verification", "get_issue", "submit_review"],
+    "trigger": "ProposalAwaitingReview",
+    "termination": "ReviewSubmitted",
+}
+
+
+def run_with_provider(run_loop, config_path, **options):
+    """Run with the provider built here, so the test can read what the host recorded."""
+    config = load_config(config_path)
+    provider = make_provider(config.queue, trigger=config.role.trigger)
+    return run_loop(config_path, provider=provider, **options), provider
+
+
+def messages(result):
+    return [
+        r["msg"]["params"]["update"]["content"]["text"]
+        for r in read_transcript(result.transcript)
+        if r["type"] == "rpc" and r["dir"] == "in" and r["msg"].get("method") == "session/update"
+        and r["msg"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    ]  # fmt: skip
+
+
+def host_calls(result):
+    return [(r["tool"], r["outcome"]) for r in read_transcript(result.transcript) if r["type"] == "host_tool"]
+
+
+def test_an_empty_allowlist_keeps_the_default_tools(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(
+        scenario({None: [turn({"mcp_list": {}}, {"mcp_call": {"tool": "get_issue"}})]}, **MCP_AGENT)
+    )
+    result = run_loop(harness_config(path, tasks=[{"id": "T1", "title": "Add a greeting", "body": "say hi"}]))
+
+    assert result.terminal is Terminal.IDLE
+    said = messages(result)
+    assert "mcp tools: get_issue, open_proposal, submit_review, get_commits_status, plan_verification" in said
+    issue = json.loads(next(m for m in said if m.startswith("mcp get_issue: "))[len("mcp get_issue: ") :])
+    assert issue == {"id": "T1", "title": "Add a greeting", "body": "say hi", "kind": "issue"}
+
+
+def test_an_allowlist_hides_and_refuses_a_tool(scripted_scenario, harness_config, run_loop):
+    steps = [{"mcp_list": {}}, {"mcp_call": {"tool": "open_proposal", "arguments": {"title": "sneaky"}}}]
+    path = scripted_scenario(scenario({None: [turn(*steps)]}, **MCP_AGENT))
+    config = harness_config(path, role={"tools": ["get_issue"]})
+
+    result, host = run_with_provider(run_loop, config)
+
+    said = messages(result)
+    assert "mcp tools: get_issue" in said  # open_proposal is not listed ...
+    assert "mcp open_proposal: tool 'open_proposal' is not available to this task" in said  # ... nor callable
+    assert host_calls(result) == [("open_proposal", "refused")]
+    assert host.proposals == []
+
+
+def test_proposal_opened_meets_the_termination(scripted_scenario, harness_config, run_loop):
+    propose = {"mcp_call": {"tool": "open_proposal", "arguments": {"title": "Add a greeting", "body": "as asked"}}}
+    path = scripted_scenario(scenario({None: [turn({"read": {"path": "README.md"}}, propose)]}, **MCP_AGENT))
+    config = harness_config(path, role={"termination": "ProposalOpened"})
+
+    result, host = run_with_provider(run_loop, config)
+
+    assert result.terminal is Terminal.IDLE
+    assert host.proposals == [{"id": "P1", "task": "T1", "title": "Add a greeting", "body": "as asked", "head": "main"}]
+    assert host_calls(result) == [("open_proposal", "ok")]
+
+
+def test_an_unmet_termination_waits_for_input(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(scenario({None: [turn({"read": {"path": "README.md"}})]}, **MCP_AGENT))
+    result = run_loop(harness_config(path, role={"termination": "ProposalOpened"}))
+
+    assert result.terminal is Terminal.BLOCKED_AWAITING_INPUT
+    assert result.reason["kind"] == "termination"
+    assert result.reason["stop_reason"] == "termination"
+    assert result.reason["termination"] == "ProposalOpened"
+
+
+def test_a_review_role_drains_the_proposal_queue(scripted_scenario, harness_config, run_loop, tmp_path):
+    review = turn(
+        {"mcp_call": {"tool": "get_issue"}},
+        {"mcp_call": {"tool": "plan_verification"}},
+        {"mcp_call": {"tool": "get_commits_status"}},
+        {"mcp_call": {"tool": "submit_review", "arguments": {"verdict": "approve", "body": "looks right"}}},
+    )
+    role = write_yaml(tmp_path / "reviewer.yaml", REVIEWER)
+    proposals = [{"id": "P7", "title": "Fix the parser", "branch": "main"}, {"id": "P8", "title": "Add docs"}]
+    config = harness_config(scripted_scenario(scenario({None: [review]}, **MCP_AGENT)),
+                            tasks=[], queue={"proposals": proposals}, role=str(role))  # fmt: skip
+
+    result, host = run_with_provider(run_loop, config)
+
+    assert result.terminal is Terminal.IDLE
+    assert [t.id for t in result.tasks] == ["P7", "P8"]
+    assert [(r["proposal"], r["verdict"]) for r in host.reviews] == [("P7", "approve"), ("P8", "approve")]
+    first_prompt = next(r for r in read_transcript(result.transcript)
+                        if r["type"] == "rpc" and r["msg"].get("method") == "session/prompt")  # fmt: skip
+    assert first_prompt["msg"]["params"]["prompt"][0]["text"].startswith("Review the proposed change.")
+    assert ("submit_review", "ok") in host_calls(result)
+
+
+def test_submitting_a_review_of_an_issue_is_an_error_not_a_crash(scripted_scenario, harness_config, run_loop):
+    wrong = turn({"mcp_call": {"tool": "submit_review", "arguments": {"verdict": "approve"}}})
+    result = run_loop(harness_config(scripted_scenario(scenario({None: [wrong]}, **MCP_AGENT))))
+    assert host_calls(result) == [("submit_review", "error")]
+    assert any("submit_review needs a proposal to review" in m for m in messages(result))
+
+
+def test_an_agent_without_http_mcp_gets_no_host_tools(scripted_scenario, harness_config, run_loop):
+    path = scripted_scenario(scenario({None: [turn({"read": {"path": "README.md"}})]}))
+    result = run_loop(harness_config(path))
+    record = next(r for r in read_transcript(result.transcript) if r["type"] == "host_tools")
+    assert record["served"] is False
+    new_session = next(r for r in read_transcript(result.transcript)
+                       if r["type"] == "rpc" and r["msg"].get("method") == "session/new")  # fmt: skip
+    assert new_session["msg"]["params"]["mcpServers"] == []
+
+
+def test_an_unknown_tool_in_a_role_is_a_config_error(scripted_scenario, harness_config):
+    from harness import ConfigError
+
+    config = harness_config(scripted_scenario(scenario({None: [turn()]})), role={"tools": ["rm_rf"]})
+    with pytest.raises(ConfigError, match=r"role\.tools: .*unknown host tool"):
+        load_config(config)
+
+
+def test_a_github_review_role_reviews_requested_pull_requests(scripted_scenario, harness_config, run_loop, monkeypatch):
+    github = FakeGitHub()
+    monkeypatch.setenv("FAKE_GH_TOKEN", github.token)
+    github.add_pull(11, "Fix the parser", reviewers=["agent"])
+    github.add_pull(12, "Not for us", reviewers=["someone"])
+    github.add_pull(13, "Add docs", reviewers=["someone", "agent"])
+    review = turn({"mcp_call": {"tool": "submit_review", "arguments": {"verdict": "request_changes", "body": "why?"}}})
+    queue = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
+             "token_env": "FAKE_GH_TOKEN"}  # fmt: skip
+    config = harness_config(scripted_scenario(scenario({None: [review]}, **MCP_AGENT)), tasks=[], queue=queue,
+                            role=REVIEWER)  # fmt: skip
+    try:
+        result = run_loop(config)
+    finally:
+        github.close()
+
+    assert result.terminal is Terminal.IDLE
+    assert [t.id for t in result.tasks] == ["11", "13"]
+    reviews = github.made("POST", f"/repos/{github.repo}/pulls/")
+    assert [(c[1], c[2]) for c in reviews] == [
+        (f"/repos/{github.repo}/pulls/11/reviews", {"event": "REQUEST_CHANGES", "body": "why?"}),
+        (f"/repos/{github.repo}/pulls/13/reviews", {"event": "REQUEST_CHANGES", "body": "why?"}),
+    ]
+
+
+def test_a_github_proposal_is_a_pull_request_from_the_branch(scripted_scenario, harness_config, run_loop, monkeypatch):
+    github = FakeGitHub()
+    monkeypatch.setenv("FAKE_GH_TOKEN", github.token)
+    github.add_issue(5, "Add a greeting")
+    propose = turn({"mcp_call": {"tool": "open_proposal", "arguments": {"title": "Greeting", "body": "done"}}})
+    queue = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
+             "token_env": "FAKE_GH_TOKEN", "on_complete": ["comment"]}  # fmt: skip
+    config = harness_config(scripted_scenario(scenario({None: [propose]}, **MCP_AGENT)), tasks=[], queue=queue,
+                            role={"termination": "ProposalOpened"})  # fmt: skip
+    try:
+        result = run_loop(config)
+    finally:
+        github.close()
+
+    assert result.terminal is Terminal.IDLE
+    assert [c[2] for c in github.made("POST", f"/repos/{github.repo}/pulls")] == [
+        {"title": "Greeting", "body": "done", "head": "main", "base": "main"}
+    ]
