@@ -21,7 +21,6 @@ from typing import Any
 
 from ._config import load_config
 from ._kernel import Kernel
-from .inference._prompting import TOOLS, head_grammar_text
 from .models import resolve_model
 from .testing import inference_agent_command, inference_agent_env, make_workspace, write_yaml
 
@@ -113,9 +112,20 @@ def _replay(model_path: Path, traced: list[dict[str, Any]], *, threads: int) -> 
 
     llama = Llama(model_path=str(model_path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, seed=42,
                   verbose=False)  # fmt: skip
-    grammars: dict[str | None, Any] = {None: None, "head": LlamaGrammar.from_string(head_grammar_text(), verbose=False)}
-    for name, tool in TOOLS.items():
-        grammars[name] = LlamaGrammar.from_json_schema(json.dumps(tool["parameters"]), verbose=False)
+    compiled: dict[str, Any] = {}
+
+    def grammar_for(source: dict[str, str] | None) -> Any:
+        if source is None:
+            return None
+        key = json.dumps(source, sort_keys=True)
+        if key not in compiled:
+            compiled[key] = (
+                LlamaGrammar.from_string(source["gbnf"], verbose=False)
+                if "gbnf" in source
+                else LlamaGrammar.from_json_schema(source["json_schema"], verbose=False)
+            )
+        return compiled[key]
+
     out = []
     for request in traced:
         grammar = request["grammar"]
@@ -123,7 +133,8 @@ def _replay(model_path: Path, traced: list[dict[str, Any]], *, threads: int) -> 
         first = last = started
         chunks = []
         for chunk in llama.create_completion(
-            request["prompt"], grammar=grammars[grammar], max_tokens=request["max_tokens"], temperature=0.0, seed=42,
+            request["prompt"], grammar=grammar_for(request["grammar_source"]), max_tokens=request["max_tokens"],
+            temperature=0.0, seed=42,
             stop=[":"] if grammar == "head" else ["<|im_end|>"], stream=True,
         ):  # fmt: skip
             now = time.perf_counter()

@@ -121,6 +121,7 @@ class HostToolServer:
 
     async def _list(self, ctx: Any, params: Any) -> types.ListToolsResult:
         binding = self._binding(ctx)
+        self.transcript.record("host_tools_listed", task=binding.task.id, tools=sorted(binding.allowed))
         return types.ListToolsResult(
             tools=[
                 types.Tool(name=name, description=spec["description"], input_schema=spec["inputSchema"])

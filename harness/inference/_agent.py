@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from acp.schema import (
     AgentCapabilities,
     Implementation,
     InitializeResponse,
+    McpCapabilities,
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
@@ -31,8 +33,9 @@ from acp.schema import (
     Usage,
 )
 
+from ._host_client import HostClient
 from ._model import LocalModel, ModelStep
-from ._prompting import ACTION_TOOLS, SYSTEM_PROMPT, render_chatml
+from ._prompting import ACTION_TOOLS, TOOLS, render_chatml, system_prompt
 
 __all__ = ["InferenceAgent"]
 
@@ -47,6 +50,8 @@ KEEP_MESSAGES = 12  # besides the system prompt and the task: older steps are dr
 @dataclass
 class _Session:
     cwd: str
+    host: HostClient | None = None  # the host's tools for this task, over MCP
+    tools: dict[str, dict[str, Any]] | None = None  # offered to the model: the actions, then the host's
     messages: list[dict[str, str]] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)
     input_tokens: int = 0
@@ -70,13 +75,14 @@ class InferenceAgent:
         self._caps = client_capabilities
         return InitializeResponse(
             protocol_version=1,
-            agent_capabilities=AgentCapabilities(load_session=False),
+            agent_capabilities=AgentCapabilities(load_session=False, mcp_capabilities=McpCapabilities(http=True)),
             agent_info=Implementation(name="loop-harness-inference", version="0.1.0"),
         )
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
         session_id = f"sess_{uuid.uuid4().hex[:12]}"
-        self.sessions = {session_id: _Session(cwd)}  # one live session at a time: forget finished ones
+        # One live session at a time: forget finished ones.
+        self.sessions = {session_id: _Session(cwd, host=HostClient.from_servers(mcp_servers or []))}
         return NewSessionResponse(session_id=session_id)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
@@ -95,8 +101,15 @@ class InferenceAgent:
             raise RequestError.invalid_params({"sessionId": "unknown session"})
         session.cancel.clear()
         text = "".join(getattr(block, "text", "") for block in prompt)
+        if session.tools is None:
+            session.tools = dict(TOOLS)
+            if session.host is not None:
+                try:
+                    session.tools.update(await session.host.list_tools())
+                except Exception as exc:  # the host tools are a bonus: the agent works without them
+                    print(f"inference agent: host tools unavailable: {exc}", file=sys.stderr)
         if not session.messages:
-            session.messages.append({"role": "system", "content": SYSTEM_PROMPT})
+            session.messages.append({"role": "system", "content": system_prompt(session.tools)})
         session.messages.append({"role": "user", "content": text})
         timings = {"ttftSeconds": 0.0, "decodeSeconds": 0.0, "decodeTokens": 0, "steps": 0}
         stop_reason = await self._turn(session_id, session, timings)
@@ -115,7 +128,9 @@ class InferenceAgent:
         previous: tuple[str | None, str] | None = None
         for _ in range(self.max_steps):
             prompt = render_chatml(_window(session.messages))
-            step: ModelStep = await asyncio.to_thread(self.model.step, prompt, max_tokens=budget, cancel=session.cancel)
+            step: ModelStep = await asyncio.to_thread(
+                self.model.step, prompt, max_tokens=budget, cancel=session.cancel, tools=session.tools
+            )
             budget -= step.completion_tokens
             session.input_tokens += step.prompt_tokens
             session.output_tokens += step.completion_tokens
@@ -146,7 +161,10 @@ class InferenceAgent:
                 return "end_turn"
             previous = call
             session.messages.append({"role": "assistant", "content": f"functions.{step.tool}:\n{step.raw_arguments}"})
-            outcome, result = await self._act(session_id, session, step)
+            if step.tool in ACTION_TOOLS:
+                outcome, result = await self._act(session_id, session, step)
+            else:
+                outcome, result = await self._host_call(session_id, session, step)
             if outcome != "ok":
                 return outcome
             session.messages.append({"role": "user", "content": f"Result of {step.tool}: {result}"})
@@ -196,6 +214,19 @@ class InferenceAgent:
         await self._update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id,
                                         "status": "completed", "rawOutput": {"result": result[:2000]}})  # fmt: skip
         return "ok", result[:1000]
+
+    async def _host_call(self, session_id: str, session: _Session, step: ModelStep) -> tuple[str, str]:
+        """A host tool over MCP: no permission request (the role's allowlist is what governs it)."""
+        assert session.host is not None and step.tool is not None
+        self._calls += 1
+        call_id = f"call_{self._calls}"
+        made = {"loopHarness": {"tool": step.tool, "arguments": step.arguments}}
+        call = {"toolCallId": call_id, "title": f"host: {step.tool}", "kind": "other", "status": "in_progress",
+                "rawInput": step.arguments, "_meta": made}  # fmt: skip
+        await self._update(session_id, {"sessionUpdate": "tool_call", **call})
+        ok, text = await session.host.call(step.tool, step.arguments)
+        await self._status(session_id, call_id, "completed" if ok else "failed")
+        return "ok", text[:1000] if ok else f"failed: {text[:300]}"
 
     async def _perform(self, session_id: str, session: _Session, tool: str, args: dict[str, Any],
                        raw_input: dict[str, Any]) -> str:  # fmt: skip

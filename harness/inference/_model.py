@@ -39,9 +39,9 @@ class LocalModel:
     def __init__(
         self, path: Path, *, seed: int = 42, threads: int = 2, n_ctx: int = 4096, trace: Path | None = None
     ) -> None:
-        from llama_cpp import Llama, LlamaGrammar
+        from llama_cpp import Llama, LlamaGrammar  # imported here: only once the fd guard is in place
 
-        self._grammar = LlamaGrammar
+        self._grammar_type = LlamaGrammar
         self.llama = Llama(
             model_path=str(path),
             n_ctx=n_ctx,
@@ -57,16 +57,18 @@ class LocalModel:
         # as a JSON line: `loop-harness bench inference` replays them through bare llama-cpp-python.
         self._trace = trace.open("a", encoding="utf-8") if trace else None
         self._lock = threading.Lock()  # a Llama is not thread-safe
-        self._head = LlamaGrammar.from_string(head_grammar_text(), verbose=False)
-        self._args = {name: LlamaGrammar.from_json_schema(json.dumps(t["parameters"]), verbose=False)
-                      for name, t in TOOLS.items()}  # fmt: skip
+        self._grammars: dict[str, Any] = {}  # compiled once per (head set or tool schema)
+        self._tools: dict[str, dict[str, Any]] = dict(TOOLS)
 
     def count_tokens(self, text: str) -> int:
         return len(self.llama.tokenize(text.encode(), add_bos=False, special=True))
 
-    def step(self, prompt: str, *, max_tokens: int, cancel: threading.Event) -> ModelStep:
+    def step(
+        self, prompt: str, *, max_tokens: int, cancel: threading.Event, tools: dict[str, dict[str, Any]] | None = None
+    ) -> ModelStep:
         """One model step: a tool call with parsed arguments, or a message; within `max_tokens`."""
         with self._lock:
+            self._tools = tools or TOOLS
             step = ModelStep("message", prompt_tokens=self.count_tokens(prompt))
             head = self._complete(step, prompt, grammar="head", max_tokens=min(16, max_tokens), cancel=cancel)
             if step.kind in ("cancelled", "length"):
@@ -85,13 +87,34 @@ class LocalModel:
                 step.text = self._complete(step, f"{prompt}{head}\n", grammar=None, max_tokens=budget, cancel=cancel)
             return step
 
+    def _source(self, which: str | None) -> dict[str, str] | None:
+        """What a grammar is compiled from (for replaying a trace): GBNF text or a JSON schema."""
+        if which is None:
+            return None
+        if which == "head":
+            return {"gbnf": head_grammar_text(list(self._tools))}
+        return {"json_schema": json.dumps(self._tools[which]["parameters"], sort_keys=True)}
+
+    def _grammar(self, which: str) -> Any:
+        """The head grammar over the current tools, or a tool's argument grammar."""
+        if which == "head":
+            key, text = f"head:{','.join(self._tools)}", head_grammar_text(list(self._tools))
+            if key not in self._grammars:
+                self._grammars[key] = self._grammar_type.from_string(text, verbose=False)
+            return self._grammars[key]
+        schema = json.dumps(self._tools[which]["parameters"], sort_keys=True)
+        key = f"tool:{which}:{schema}"
+        if key not in self._grammars:
+            self._grammars[key] = self._grammar_type.from_json_schema(schema, verbose=False)
+        return self._grammars[key]
+
     def _complete(
         self, step: ModelStep, prompt: str, *, grammar: str | None, max_tokens: int, cancel: threading.Event
     ) -> str:
         if max_tokens <= 0:
             step.kind = "length"
             return ""
-        compiled = None if grammar is None else self._head if grammar == "head" else self._args[grammar]
+        compiled = None if grammar is None else self._grammar(grammar)
         started = time.perf_counter()
         first = last = None
         text = []
@@ -126,7 +149,8 @@ class LocalModel:
         if grammar == "head" and out and not out.endswith(":"):
             out += ":"  # the stop string is cut from the text; the head grammar always ends with it
         if self._trace is not None:
-            record = {"prompt": prompt, "grammar": grammar, "max_tokens": max_tokens, "text": out,
+            record = {"prompt": prompt, "grammar": grammar, "grammar_source": self._source(grammar),
+                      "max_tokens": max_tokens, "text": out,
                       "tokens": len(text), "ttft_s": (first or started) - started,
                       "decode_s": (last or started) - (first or started)}  # fmt: skip
             self._trace.write(json.dumps(record) + "\n")

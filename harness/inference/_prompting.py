@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["ACTION_TOOLS", "SYSTEM_PROMPT", "TOOLS", "head_grammar_text", "render_chatml"]
+__all__ = ["ACTION_TOOLS", "SYSTEM_PROMPT", "TOOLS", "head_grammar_text", "render_chatml", "system_prompt"]
 
 TOOLS: dict[str, dict[str, Any]] = {
     "write_file": {
@@ -53,20 +53,27 @@ TOOLS: dict[str, dict[str, Any]] = {
 #: The tools carried out through the client (fs/*, terminal/*) after a permission request.
 ACTION_TOOLS = ("write_file", "read_file", "run_command")
 
-SYSTEM_PROMPT = (
-    "You are a coding agent working in a git workspace. Do the task with the tools.\n\n# Tools\n"
-    + "\n".join(
-        f"functions.{name}:\n{spec['description']}\n{json.dumps(spec['parameters'])}" for name, spec in TOOLS.items()
+
+def system_prompt(tools: dict[str, dict[str, Any]]) -> str:
+    """The system message: what the agent is, and its tools in the chatml-function-calling style."""
+    listed = "\n".join(
+        f"functions.{name}:\n{spec['description']}\n{json.dumps(spec['parameters'])}" for name, spec in tools.items()
     )
-    + "\n\nTo call a tool, begin with 'functions.<name>:' and then its JSON arguments. "
-    "To reply in text, begin with 'message:'."
-)
+    return (
+        "You are a coding agent working in a git workspace. Do the task with the tools.\n\n# Tools\n"
+        + listed
+        + "\n\nTo call a tool, begin with 'functions.<name>:' and then its JSON arguments. "
+        "To reply in text, begin with 'message:'."
+    )
 
 
-def head_grammar_text() -> str:
+SYSTEM_PROMPT = system_prompt(TOOLS)
+
+
+def head_grammar_text(names: list[str] | None = None) -> str:
     """GBNF for the first tokens of a reply: a tool head, or a plain message."""
-    names = " | ".join(f'"functions.{name}:"' for name in TOOLS)
-    return f'root ::= functions | "message:"\nfunctions ::= {names}\n'
+    heads = " | ".join(f'"functions.{name}:"' for name in names or TOOLS)
+    return f'root ::= functions | "message:"\nfunctions ::= {heads}\n'
 
 
 def render_chatml(messages: list[dict[str, str]]) -> str:

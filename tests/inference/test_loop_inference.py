@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from harness import Terminal, read_transcript
+from harness._host_tools import TOOL_SPECS
 from harness.inference._prompting import TOOLS
 from harness.pytest_plugin import LOOP_INFERENCE
 from harness.testing import make_workspace
@@ -73,9 +74,10 @@ def test_tool_calls_validate_and_every_permission_is_decided_by_a_rule(inference
     calls = [m["params"]["update"] for m in incoming(result, "session/update")
              if m["params"]["update"]["sessionUpdate"] == "tool_call"]  # fmt: skip
     assert calls, "the model made no tool call: the category would be vacuous"
+    schemas = {**{n: t["parameters"] for n, t in TOOLS.items()}, **{n: t["inputSchema"] for n, t in TOOL_SPECS.items()}}
     for call in calls:
         made = call["_meta"]["loopHarness"]
-        jsonschema.validate(made["arguments"], TOOLS[made["tool"]]["parameters"])
+        jsonschema.validate(made["arguments"], schemas[made["tool"]])
     decisions = [r for r in records_of(result, "policy") if r["source"] == "session/request_permission"]
     assert len(decisions) == len(incoming(result, "session/request_permission"))
     for decision in decisions:
@@ -83,6 +85,19 @@ def test_tool_calls_validate_and_every_permission_is_decided_by_a_rule(inference
             assert decision["rule_ids"], decision
         else:
             assert result.terminal is Terminal.BLOCKED_POLICY
+
+
+def test_the_model_is_offered_the_host_tools_of_its_role(inference_config, run_loop):
+    role = {"tools": ["get_issue", "open_proposal"], "termination": "ProposalOpened"}
+    result = run_loop(inference_config(THREE_TASKS[:1], role=role))
+
+    served = records_of(result, "host_tools")[0]
+    assert served["served"] is True
+    listed = records_of(result, "host_tools_listed")
+    assert listed and listed[0]["tools"] == ["get_issue", "open_proposal"]
+    # whatever the model then does, the run ends typed; without open_proposal the termination is unmet
+    if result.terminal is Terminal.BLOCKED_AWAITING_INPUT:
+        assert result.reason["termination"] == "ProposalOpened"
 
 
 def test_a_deny_rule_holds_against_the_real_model(inference_config, run_loop, inference_workspace):
@@ -103,7 +118,7 @@ def test_a_deny_rule_holds_against_the_real_model(inference_config, run_loop, in
     assert not (inference_workspace.path / "out" / "secret.txt").exists()
 
 
-VOLATILE = {"seq", "t", "pid", "seconds", "ttftSeconds", "decodeSeconds", "argv", "transcript", "config"}
+VOLATILE = {"seq", "t", "pid", "port", "seconds", "ttftSeconds", "decodeSeconds", "argv", "transcript", "config"}
 
 
 def normalised(result, workspace):
@@ -116,6 +131,8 @@ def normalised(result, workspace):
             return [clean(v) for v in value]
         if isinstance(value, str):
             value = value.replace(str(workspace), "<ws>")
+            value = re.sub(r"http://127\.0\.0\.1:\d+/tasks/[0-9a-f]+/mcp", "<host-tools-url>", value)
+            value = re.sub(r"Bearer [\w-]+", "Bearer <token>", value)
             return re.sub(r"sess_[0-9a-f]+", "<session>", value)
         return value
 
