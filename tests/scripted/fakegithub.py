@@ -19,8 +19,11 @@ import http.server
 import json
 import re
 import threading
+import time
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
+
+from loopback import LoopbackServer
 
 
 class FakeGitHub:
@@ -33,14 +36,11 @@ class FakeGitHub:
         self.calls: list[tuple[str, str, Any]] = []  # (method, path with query, json body)
         self.scripted: list[tuple[str, str, str, dict[str, Any]]] = []
         self._lock = threading.Lock()
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = LoopbackServer(self._handler())
+        self.url = self._server.url
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
     def add_issue(
         self, number: int, title: str, *, assignee: str | None = "agent", created: str = "", **extra: Any
@@ -155,6 +155,7 @@ class FakeGitHub:
                     github.calls.append((self.command, self.path, body))
                 canned = github._canned(self.command, parts.path, parts.query)
                 if canned is not None:
+                    time.sleep(canned.get("delay", 0))  # a slow host: the client's timeout fires first
                     payload = canned.get("raw", json.dumps(canned.get("body", {})).encode())
                     return self._reply(canned.get("status", 200), payload, canned.get("headers", {}))
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}

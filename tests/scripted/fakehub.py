@@ -14,6 +14,8 @@ import http.server
 import re
 import threading
 
+from loopback import LoopbackServer
+
 _RESOLVE = re.compile(r"^/(?P<repo>.+?)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 
 
@@ -23,14 +25,11 @@ class FakeHub:
         self.blobs = {hashlib.sha256(data).hexdigest(): data for data in files.values()}
         self.requests: list[tuple[str, str]] = []
         self._lock = threading.Lock()
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = LoopbackServer(self._handler())
+        self.url = self._server.url
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
     def downloads(self) -> int:
         return sum(1 for method, path in self.requests if method == "GET" and path.startswith("/cdn/"))

@@ -135,6 +135,15 @@ def test_a_body_that_is_not_json_is_host_unavailable(github, github_config, run_
     assert "not JSON" in result.reason["cause"]
 
 
+def test_a_host_that_times_out_is_host_unavailable(github, github_config, run_loop):
+    fill(github, 1)
+    github.script("GET", f"/repos/{github.repo}/issues", *[{"delay": 1.0, "body": []}] * 4)
+    result = run_loop(github_config(request_timeout_s=0.2))
+    assert result.terminal is Terminal.BLOCKED_HOST_UNAVAILABLE
+    assert "ReadTimeout" in result.reason["cause"]
+    assert result.reason["retries"] == 3
+
+
 def test_an_unreachable_host_is_host_unavailable(github, github_config, run_loop):
     github.close()
     result = run_loop(github_config())

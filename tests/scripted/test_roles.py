@@ -116,6 +116,22 @@ def test_a_review_role_drains_the_proposal_queue(scripted_scenario, harness_conf
     assert ("submit_review", "ok") in host_calls(result)
 
 
+def test_the_seed_example_role_cannot_submit_its_review(scripted_scenario, harness_config, run_loop):
+    # seeds/000's example allowlists only get_commits_status and plan_verification, so the
+    # ReviewSubmitted it asks for can never be met: the run says so instead of pretending.
+    example = {**REVIEWER, "tools": ["get_commits_status", "plan_verification"]}
+    review = turn({"mcp_call": {"tool": "plan_verification"}},
+                  {"mcp_call": {"tool": "submit_review", "arguments": {"verdict": "approve"}}})  # fmt: skip
+    config = harness_config(scripted_scenario(scenario({None: [review]}, **MCP_AGENT)), tasks=[],
+                            queue={"proposals": [{"id": "P1", "title": "Fix"}]}, role=example)  # fmt: skip
+
+    result = run_loop(config)
+
+    assert host_calls(result) == [("plan_verification", "ok"), ("submit_review", "refused")]
+    assert result.terminal is Terminal.BLOCKED_AWAITING_INPUT
+    assert result.reason["termination"] == "ReviewSubmitted"
+
+
 def test_submitting_a_review_of_an_issue_is_an_error_not_a_crash(scripted_scenario, harness_config, run_loop):
     wrong = turn({"mcp_call": {"tool": "submit_review", "arguments": {"verdict": "approve"}}})
     result = run_loop(harness_config(scripted_scenario(scenario({None: [wrong]}, **MCP_AGENT))))
