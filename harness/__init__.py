@@ -1,28 +1,48 @@
 """loop-harness: run one ACP coding agent unattended against a git workspace.
 
-from harness import Kernel, load_config
-result = asyncio.run(Kernel(load_config("loop.yaml")).run())
-result.terminal, result.reason, result.tasks
+    from harness import Kernel, load_config
+    result = asyncio.run(Kernel(load_config("loop.yaml")).run())
+    result.terminal, result.reason, result.tasks
+
+Exports load on first use: the kernel pulls in the ACP SDK (about a second to import), which
+`loop-harness models ...` or a config error on the command line never need.
 """
 
 from __future__ import annotations
 
-from ._config import Config, load_config, parse_config
-from ._exceptions import (
-    ConfigError,
-    HarnessError,
-    HostRejected,
-    HostSignal,
-    HostUnauthorized,
-    HostUnavailable,
-    RateLimited,
-)
-from ._kernel import CONTINUE_PROMPT, STANDING_PROMPT, Kernel
-from ._policy import Policy, Verdict
-from ._results import RunResult, TaskResult
-from ._terminals import EXIT_CODE, Stop, Terminal
-from ._transcript import Transcript, read_transcript
-from .queues import MemoryQueueProvider, QueueProvider, Task
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._config import Config, load_config, parse_config
+    from ._exceptions import (
+        ConfigError,
+        HarnessError,
+        HostRejected,
+        HostSignal,
+        HostUnauthorized,
+        HostUnavailable,
+        RateLimited,
+    )
+    from ._kernel import CONTINUE_PROMPT, STANDING_PROMPT, Kernel
+    from ._policy import Policy, Verdict
+    from ._results import RunResult, TaskResult
+    from ._terminals import EXIT_CODE, Stop, Terminal
+    from ._transcript import Transcript, read_transcript
+    from .queues import MemoryQueueProvider, QueueProvider, Task
+
+_EXPORTS = {
+    "._config": ("Config", "load_config", "parse_config"),
+    "._exceptions": ("ConfigError", "HarnessError", "HostRejected", "HostSignal", "HostUnauthorized",
+                     "HostUnavailable", "RateLimited"),
+    "._kernel": ("CONTINUE_PROMPT", "STANDING_PROMPT", "Kernel"),
+    "._policy": ("Policy", "Verdict"),
+    "._results": ("RunResult", "TaskResult"),
+    "._terminals": ("EXIT_CODE", "Stop", "Terminal"),
+    "._transcript": ("Transcript", "read_transcript"),
+    ".queues": ("MemoryQueueProvider", "QueueProvider", "Task"),
+}  # fmt: skip
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "CONTINUE_PROMPT",
@@ -51,3 +71,16 @@ __all__ = [
     "parse_config",
     "read_transcript",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -16,15 +16,14 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from ._config import load_config
-from ._display import RunDisplay, summary_table
 from ._exceptions import ConfigError
-from ._kernel import Kernel
-from ._results import RunResult
+
+if TYPE_CHECKING:  # the kernel (and the ACP SDK) load only for `run`
+    from ._kernel import Kernel
+    from ._results import RunResult
 
 __all__ = ["main"]
 
@@ -134,6 +133,9 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"error": {"kind": "config", "key": exc.key, "message": str(exc)}}))
         return 2
+    from ._display import RunDisplay
+    from ._kernel import Kernel
+
     display = None if args.quiet else RunDisplay()
     kernel = Kernel(
         config,
@@ -165,6 +167,10 @@ async def _run_with_signals(kernel: Kernel, *, task_id: str | None, prompt: str 
 
 
 def _print_summary(result: RunResult) -> None:
+    from rich.console import Console
+
+    from ._display import summary_table
+
     console = Console(highlight=False)
     console.print(summary_table(result))
     console.print(f"reason: {json.dumps(result.reason)}")

@@ -150,3 +150,11 @@ def test_the_scripted_agent_fixture_gives_a_command_any_client_can_run(scripted_
     )
     assert json.loads(done.stdout.splitlines()[0])["result"]["protocolVersion"] == 1
     assert done.returncode == 0
+
+
+def test_the_package_exports_what_it_lists():
+    import harness
+
+    assert sorted(harness.__all__) == sorted(harness._MODULE_OF)
+    for name in harness.__all__:
+        assert getattr(harness, name) is not None
