@@ -15,6 +15,7 @@ import asyncio
 import json
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,10 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        print(f"loop-harness: config error in {args.config}: {exc}", file=sys.stderr)
-        if args.json:
-            print(json.dumps({"error": {"kind": "config", "key": exc.key, "message": str(exc)}}))
-        return 2
+        return _config_error(args, exc)
     from ._display import RunDisplay
     from ._kernel import Kernel
 
@@ -145,6 +143,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     try:
         result = asyncio.run(_run_with_signals(kernel, task_id=args.task, prompt=args.prompt))
+    except ConfigError as exc:  # e.g. a transcripts directory that cannot be written
+        return _config_error(args, exc)
     finally:
         if display is not None:
             display.close()
@@ -153,6 +153,13 @@ def _run(args: argparse.Namespace) -> int:
     else:
         _print_summary(result)
     return result.exit_code
+
+
+def _config_error(args: argparse.Namespace, exc: ConfigError) -> int:
+    print(f"loop-harness: config error in {args.config}: {exc}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"error": {"kind": "config", "key": exc.key, "message": str(exc)}}))
+    return 2
 
 
 async def _run_with_signals(kernel: Kernel, *, task_id: str | None, prompt: str | None) -> RunResult:
@@ -184,10 +191,27 @@ async def _ask_on_terminal(params: dict[str, Any]) -> dict[str, Any]:
     lines = [f"\nThe agent asks: {call.get('title', call.get('toolCallId'))} ({call.get('kind', 'other')})"]
     lines += [f"  [{i}] {o['name']} ({o['kind']})" for i, o in enumerate(options, start=1)]
     lines.append("choose a number (anything else cancels): ")
-    answer = await asyncio.to_thread(input, "\n".join(lines))
+    answer = await _read_line("\n".join(lines))
     if answer.strip().isdigit() and 1 <= int(answer) <= len(options):
         return {"outcome": "selected", "optionId": options[int(answer) - 1]["optionId"]}
     return {"outcome": "cancelled"}
+
+
+async def _read_line(prompt: str) -> str:
+    """input() on a daemon thread: a cancelled question must not keep the process from exiting
+    (asyncio.to_thread's executor thread would be waited for at shutdown)."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str] = loop.create_future()
+
+    def ask() -> None:
+        try:
+            text = input(prompt)
+        except EOFError:
+            text = ""
+        loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(text))
+
+    threading.Thread(target=ask, daemon=True, name="interactive-permission").start()
+    return await answer
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import re
+import stat
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,8 +55,10 @@ POLICY_REFUSED = -32010
 #: Given the raw `session/request_permission` params; returns the raw `outcome` object.
 InteractiveHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]] | dict[str, Any]]
 
-# Variables that change what an allowed command actually runs.
-_UNSAFE_ENV = re.compile(r"^(LD_|DYLD_|GIT_|PYTHON|PERL5|RUBY|NODE_OPTIONS$|BASH_ENV$|ENV$|PATH$|IFS$)")
+# The only variables an agent may set for a command: anything else can change what an allowed
+# command runs (LD_PRELOAD, PATH, HOME -> a .gitconfig with core.fsmonitor, BASH_FUNC_git%%, ...).
+_SAFE_ENV = re.compile(r"^(LANG|LANGUAGE|LC_[A-Z_]+|TERM|NO_COLOR|FORCE_COLOR|CI|COLUMNS|LINES|TZ)$")
+MAX_READ_BYTES = 8 << 20
 
 
 @dataclass
@@ -87,6 +91,8 @@ class KernelClient:
         self.turn = TurnState()
         self.rule_ids: list[str] = []  # rule ids used in the current task, first use first
         self.cancelling = False
+        self.session_id: str | None = None  # requests for other sessions, or between turns, are refused
+        self.in_turn = False
         self._parked: set[asyncio.Future[dict[str, Any]]] = set()
 
     def on_connect(self, conn: Any) -> None:
@@ -95,10 +101,16 @@ class KernelClient:
     def begin_task(self) -> None:
         self.rule_ids = []
 
-    def begin_turn(self) -> TurnState:
+    def begin_turn(self, session_id: str) -> TurnState:
         self.turn = TurnState()
         self.cancelling = False
+        self.session_id = session_id
+        self.in_turn = True
+        self.policy.forget_approvals()
         return self.turn
+
+    def end_turn(self) -> None:
+        self.in_turn = False
 
     def cancel_pending(self) -> int:
         """Answer every parked permission request `cancelled` (the spec's rule on cancel)."""
@@ -164,6 +176,9 @@ class KernelClient:
                 self._parked.discard(future)
                 if not answer.done():
                     answer.cancel()
+        chosen = next((o for o in options if o.option_id == outcome.get("optionId")), None)
+        if outcome.get("outcome") == "selected" and chosen is not None and chosen.kind.startswith("allow"):
+            self.policy.approve(raw_call)  # fs/* and terminal/* may now reach what the person allowed
         self.transcript.record(
             "policy",
             source="session/request_permission",
@@ -179,15 +194,16 @@ class KernelClient:
     async def read_text_file(
         self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
     ) -> ReadTextFileResponse:
+        self._in_this_turn("fs/read_text_file", session_id, {"path": path})
         self.turn.client_calls += 1
         verdict = self._enforce("fs/read_text_file", self.policy.judge_read(path), {"path": path})
-        real = self._real_path(path)
+        real = self.policy.worktree / verdict.paths[0]  # the file that was judged, not a second resolution
         try:
-            text = real.read_text(encoding="utf-8", errors="replace")
+            text = await asyncio.to_thread(_read_regular_file, real)
         except FileNotFoundError:
             raise RequestError.resource_not_found(path) from None
         except OSError as exc:
-            raise RequestError.internal_error({"path": path, "error": exc.strerror}) from None
+            raise RequestError.internal_error({"path": path, "error": exc.strerror or str(exc)}) from None
         if line is not None or limit is not None:
             lines = text.splitlines(keepends=True)
             start = max((line or 1) - 1, 0)
@@ -198,14 +214,14 @@ class KernelClient:
     async def write_text_file(
         self, session_id: str, path: str, content: str, **kwargs: Any
     ) -> WriteTextFileResponse | None:
+        self._in_this_turn("fs/write_text_file", session_id, {"path": path})
         self.turn.client_calls += 1
         verdict = self._enforce("fs/write_text_file", self.policy.judge_write(path), {"path": path})
-        real = self._real_path(path)  # the resolved path: a symlink cannot redirect the write
+        relative = verdict.paths[0]
         try:
-            real.parent.mkdir(parents=True, exist_ok=True)
-            real.write_text(content, encoding="utf-8")
+            await asyncio.to_thread(_write_regular_file, self.policy.worktree, relative, content)
         except OSError as exc:
-            raise RequestError.internal_error({"path": path, "error": exc.strerror}) from None
+            raise RequestError.internal_error({"path": path, "error": exc.strerror or str(exc)}) from None
         self._record("fs/write_text_file", {"path": path, "bytes": len(content)}, verdict)
         return WriteTextFileResponse()
 
@@ -221,17 +237,19 @@ class KernelClient:
         output_byte_limit: int | None = None,
         **kwargs: Any,
     ) -> CreateTerminalResponse:
-        self.turn.client_calls += 1
         target = {"command": command, "args": args or [], "cwd": cwd}
+        self._in_this_turn("terminal/create", session_id, target)
+        self.turn.client_calls += 1
         variables = {v.name: v.value for v in env or ()}
-        unsafe = sorted(name for name in variables if _UNSAFE_ENV.match(name))
+        unsafe = sorted(name for name in variables if not _SAFE_ENV.match(name))
         verdict = (
             Verdict(False, (), {"kind": "unsafe_env", "names": unsafe})
             if unsafe
             else self.policy.judge_execute(command, args or [], cwd=cwd)
         )
         self._enforce("terminal/create", verdict, target)
-        workdir = self._real_path(cwd) if cwd else self.policy.worktree
+        relative = self.policy.resolve(cwd) if cwd else "."
+        workdir = self.policy.worktree / (relative or ".")
         try:
             terminal_id = await self.exec_host.create(
                 session_id,
@@ -290,10 +308,15 @@ class KernelClient:
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _real_path(self, path: str) -> Path:
-        relative = self.policy.resolve(path)
-        assert relative is not None  # the policy refused paths outside the worktree
-        return self.policy.worktree / relative
+    def _in_this_turn(self, source: str, session_id: str, target: Mapping[str, Any]) -> None:
+        """fs/* and terminal/* only for the session whose turn is running: nothing late, nothing stray."""
+        if self.in_turn and session_id == self.session_id:
+            return
+        why = "outside_turn" if session_id == self.session_id else "unknown_session"
+        verdict = Verdict(False, (), {"kind": why, "session": session_id})
+        self.transcript.record("policy", source=source, decision="refuse", rule_ids=[], reason=dict(verdict.reason),
+                               outcome="refused", **_describe(target))  # fmt: skip
+        raise RequestError(POLICY_REFUSED, "Refused: no turn of this session is running", dict(verdict.reason))
 
     def _enforce(self, source: str, verdict: Verdict, target: Mapping[str, Any]) -> Verdict:
         if not verdict.allowed:
@@ -362,6 +385,30 @@ def _settle(future: asyncio.Future[dict[str, Any]], task: asyncio.Future[dict[st
         future.set_exception(task.exception())  # type: ignore[arg-type]
     else:
         future.set_result(task.result())
+
+
+def _read_regular_file(path: Path) -> str:
+    """Read a regular file (never a FIFO or device, which could block forever), within a size cap."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        data = f.read(MAX_READ_BYTES + 1)
+    if len(data) > MAX_READ_BYTES:
+        raise OSError(f"{path.name} is larger than {MAX_READ_BYTES} bytes")
+    return data.decode("utf-8", errors="replace")
+
+
+def _write_regular_file(worktree: Path, relative: str, content: str) -> None:
+    """Write the judged path without following a symlink swapped in at its last component."""
+    target = worktree / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(target, flags, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{relative} is not a regular file")
+        f.write(content)
 
 
 @contextlib.contextmanager

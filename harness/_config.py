@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -33,7 +34,21 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _check_globs(patterns: list[str]) -> list[str]:
+    """Worktree globs are relative and normalised: anything else could never match, silently."""
+    for pattern in patterns:
+        if pattern.startswith("/"):
+            raise ValueError(f"{pattern!r}: paths are relative to the worktree, not absolute")
+        if pattern.startswith("./") or "/./" in pattern or pattern in (".", ""):
+            raise ValueError(f"{pattern!r}: write it without './'")
+        if ".." in pattern.split("/"):
+            raise ValueError(f"{pattern!r}: '..' never matches (paths are resolved first)")
+        if pattern.endswith("/"):
+            raise ValueError(f"{pattern!r}: a directory's contents are '{pattern}**'")
+    return patterns
 
 
 class AgentConfig(_Strict):
@@ -73,6 +88,8 @@ class RuleConfig(_Strict):
                 raise ValueError(f"a {self.kind} rule needs a non-empty '{key}' list")
             if key != wanted and value is not None:
                 raise ValueError(f"a {self.kind} rule takes '{wanted}', not '{key}'")
+        if self.paths:
+            _check_globs(self.paths)
         return self
 
     @property
@@ -84,6 +101,11 @@ class PolicyConfig(_Strict):
     rules: list[RuleConfig] = Field(default_factory=list)
     # Extra protected paths (globs relative to the worktree) on top of the built-in ones.
     protected_paths: list[str] = Field(default_factory=list)
+
+    @field_validator("protected_paths")
+    @classmethod
+    def _relative_globs(cls, patterns: list[str]) -> list[str]:
+        return _check_globs(patterns)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> PolicyConfig:
@@ -162,6 +184,12 @@ class QueueConfig(_Strict):
                 raise ValueError(f"repo must be 'owner/name' (got {self.repo!r})")
             if self.tasks or self.proposals or self.faults:
                 raise ValueError("tasks, proposals and faults belong to the memory provider")
+            url = urlsplit(self.api_url)
+            loopback = url.hostname in ("127.0.0.1", "localhost", "::1")
+            if url.scheme != "https" and not (url.scheme == "http" and loopback):
+                raise ValueError(f"api_url must be https (http only on loopback): got {self.api_url!r}")
+            if not url.hostname:
+                raise ValueError(f"api_url has no host: {self.api_url!r}")
         return self
 
 

@@ -53,7 +53,11 @@ class _Terminal:
         if code is None:
             return None
         if code < 0:
-            return {"exitCode": None, "signal": signal.Signals(-code).name}
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:  # real-time signals have no name
+                name = f"SIG{-code}"
+            return {"exitCode": None, "signal": name}
         return {"exitCode": code, "signal": None}
 
 
@@ -100,9 +104,12 @@ class ExecHost:
 
     async def wait_for_exit(self, terminal_id: str) -> dict[str, Any]:
         terminal = self._get(terminal_id)
-        await terminal.process.wait()
-        if terminal.reader is not None:
-            await terminal.reader
+        # The command's exit, not its pipe's EOF: a backgrounded child (`server &`) may hold the pipe.
+        while terminal.process.returncode is None:
+            await asyncio.sleep(0.01)
+        if terminal.reader is not None:  # collect what was written, briefly
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(terminal.reader), 0.5)
         status = terminal.exit_status()
         assert status is not None
         return status

@@ -28,6 +28,7 @@ import pygit2
 from ._agent_link import VERSION, AgentLink
 from ._client import InteractiveHandler, KernelClient
 from ._config import Config
+from ._exceptions import ConfigError
 from ._exec import ExecHost
 from ._hostcalls import HostCalls
 from ._policy import Policy
@@ -140,7 +141,10 @@ class Kernel:
         self._cancel_event = asyncio.Event()
         if self._cancel_requested:
             self._cancel_event.set()
-        transcript = self._transcript = Transcript(self.transcript_path, observer=self.observer)
+        try:
+            transcript = self._transcript = Transcript(self.transcript_path, observer=self.observer)
+        except OSError as exc:
+            raise ConfigError("transcripts", f"cannot write {self.transcript_path}: {exc.strerror or exc}") from None
         mode = "prompt" if prompt is not None else "task" if task_id is not None else "queue"
         transcript.record(
             "run_start",
@@ -186,8 +190,7 @@ class Kernel:
             self.config.policy.rules,
             self.config.workspace,
             protected_globs=self.config.policy.protected_paths,
-            protected_files=[p for p in (self.config.source, self.config.role_source) if p],
-            git_dir=self._git_dir,
+            protected_files=self._protected_files(),
         )
         host = HostCalls(self.config.queue, self._transcript, self._sleep_or_cancel)
         if prompt is None:
@@ -215,6 +218,15 @@ class Kernel:
             self._transcript.record("task_start", task={"id": None, "title": "single prompt"})
             return (await self._session(prompt, task=None))[0]
         return await self._drain(tasks, host, only=task_id)
+
+    def _protected_files(self) -> list[Path]:
+        """The run's own files: its config, its role, its transcript (and their directory, when the
+        transcripts are kept inside the worktree)."""
+        files = [p for p in (self.config.source, self.config.role_source, self.transcript_path) if p]
+        transcripts = self.transcript_path.resolve().parent
+        if transcripts.is_relative_to(self.config.workspace.resolve()):
+            files.append(transcripts)
+        return files
 
     async def _activate(self, policy: Policy, host: HostCalls) -> Stop | None:
         if not self.config.agent.supports_permission_requests:
@@ -259,15 +271,21 @@ class Kernel:
                                 allowlist=self.config.role.tools or "all")  # fmt: skip
 
     async def _teardown(self) -> None:
-        if self._client is not None:
-            with contextlib.suppress(Exception):
-                await self._client.exec_host.release_all()
-        if self._link is not None:
-            await self._link.close()
-        if self._host_tools is not None:
-            await self._host_tools.stop()
-        with contextlib.suppress(Exception):
-            await self.provider.aclose()
+        """Each step runs whatever the one before did: stop serving the agent, then release its terminals."""
+        steps = [
+            ("agent", self._link.close() if self._link else None),
+            ("terminals", self._client.exec_host.release_all() if self._client else None),
+            ("host_tools", self._host_tools.stop() if self._host_tools else None),
+            ("provider", self.provider.aclose()),
+        ]
+        for name, step in steps:
+            if step is None:
+                continue
+            try:
+                await step
+            except Exception as exc:
+                if self._transcript is not None and not self._transcript.closed:
+                    self._transcript.record("teardown_error", step=name, error=f"{type(exc).__name__}: {exc}")
 
     # --- the queue -----------------------------------------------------------------------------
 
@@ -379,9 +397,12 @@ class Kernel:
                 iterations += 1
                 self._status = {"state": "running", "task": task.id if task else None, "iteration": iterations}
                 text, kind = self._with_steering(text, kind)
-                turn = self._client.begin_turn()
+                turn = self._client.begin_turn(session_id)
                 self._transcript.record("turn", iteration=iterations, prompt_kind=kind)
-                outcome = await self._link.prompt(session_id, text, cancel=self._cancel_event)
+                try:
+                    outcome = await self._link.prompt(session_id, text, cancel=self._cancel_event)
+                finally:
+                    self._client.end_turn()
                 if isinstance(outcome, Stop):
                     return outcome, iterations
                 if turn.refusals:  # whatever stop reason followed the refusal

@@ -82,6 +82,10 @@ class HostToolServer:
         await asyncio.wait({started, self._serve}, return_when=asyncio.FIRST_COMPLETED)
         if not started.done():
             started.cancel()
+            self._stop.set()  # leave nothing running behind a failed start
+            await self._manager_task
+            with contextlib.suppress(BaseException):
+                await self._serve
             raise RuntimeError("the host tool server did not start")
 
     async def stop(self) -> None:

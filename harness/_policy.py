@@ -5,9 +5,18 @@ Every request the agent makes (a permission request, an `fs/*` call, a
 read and write, simple commands for execute, hosts for network. Each target
 must be matched by an allow rule and by no deny rule, whatever the rule order.
 Paths are resolved (symlinks, `..`) before matching, and a path outside the
-worktree is never a worktree path. Protected paths are never writable.
+worktree is never a worktree path. Protected paths are never writable, and
+neither is any directory that holds one (deleting or moving `.` or `.git`);
+a deny rule likewise covers the directories above what it denies. A request
+the policy cannot make sense of (wrong types, unparseable commands) is refused.
 
-A `Verdict` names the rule ids that decided it; the kernel records them.
+A `Verdict` names the rule ids that decided it; the kernel records them. For
+paths it also carries where they resolved, so the kernel acts on exactly the
+file that was judged.
+
+With an empty rule list (the interactive path) a person answers permission
+requests; `fs/*` and `terminal/*` then reach only what a person approved in
+the current turn (`approve`), still confined to the worktree.
 """
 
 from __future__ import annotations
@@ -27,8 +36,9 @@ from ._shell import Unparseable, parse_invocation
 
 __all__ = ["DEFAULT_PROTECTED", "TOOL_KIND_TO_RULE_KIND", "Policy", "Verdict", "glob_matches"]
 
-#: Written by no agent, whatever the rules say (relative to the worktree).
-DEFAULT_PROTECTED = (".git/config", ".git/refs/**", ".git/hooks/**")
+#: Written by no agent, whatever the rules say (relative to the worktree): all of `.git`, which
+#: covers its config, refs, packed-refs, hooks and modules, and a linked worktree's gitfile.
+DEFAULT_PROTECTED = (".git", ".git/**")
 
 #: ACP tool kinds and the rule kind that governs them; `think` needs no permission.
 TOOL_KIND_TO_RULE_KIND = {
@@ -49,6 +59,7 @@ class Verdict:
     allowed: bool
     rule_ids: tuple[str, ...] = ()
     reason: Mapping[str, Any] = field(default_factory=dict)
+    paths: tuple[str, ...] = ()  # the judged paths, resolved, relative to the worktree
 
 
 class Policy:
@@ -58,8 +69,7 @@ class Policy:
         rules: the workspace rules; an empty list means the interactive path.
         worktree: the git worktree the agent works in.
         protected_globs: extra protected paths, relative to the worktree.
-        protected_files: absolute files the agent may never write (the run's config, role file).
-        git_dir: the repository's git dir, when it is not `<worktree>/.git`.
+        protected_files: absolute files or directories the agent may never write (config, role, transcripts).
     """
 
     def __init__(
@@ -69,15 +79,13 @@ class Policy:
         *,
         protected_globs: Iterable[str] = (),
         protected_files: Iterable[Path] = (),
-        git_dir: Path | None = None,
     ) -> None:
         self.rules = tuple(rules)
         self.worktree = Path(os.path.realpath(worktree))
         self._protected_globs = (*DEFAULT_PROTECTED, *protected_globs)
-        protected = {Path(os.path.realpath(p)) for p in protected_files}
-        self._protected_files = frozenset(protected)
-        real_git_dir = Path(os.path.realpath(git_dir)) if git_dir else None
-        self._protected_git_dir = real_git_dir if real_git_dir != self.worktree / ".git" else None
+        # Absolute files or directories outside the globs' reach: the run's config, role, transcripts.
+        self._protected_paths = tuple(Path(os.path.realpath(p)) for p in protected_files)
+        self._approved: set[tuple[str, str]] = set()  # interactive path: (rule kind, target) a person allowed
 
     @property
     def interactive(self) -> bool:
@@ -88,6 +96,43 @@ class Policy:
 
     def judge_tool_call(self, tool_call: Mapping[str, Any]) -> Verdict:
         """Judge a `session/request_permission` by what its tool call would touch."""
+        return _safely(self._judge_tool_call, tool_call)
+
+    def judge_read(self, path: str) -> Verdict:
+        return _safely(self._judge_fs, "read", path)
+
+    def judge_write(self, path: str) -> Verdict:
+        return _safely(self._judge_fs, "write", path)
+
+    def judge_execute(
+        self, command: str | Sequence[str], args: Sequence[str] | None = None, *, cwd: str | None = None
+    ) -> Verdict:
+        """Judge a command: every simple command in it, and every file it redirects to."""
+        return _safely(self._judge_execute, command, args, cwd)
+
+    def approve(self, tool_call: Mapping[str, Any]) -> None:
+        """The interactive path: a person allowed this tool call; its targets become reachable."""
+        kind = TOOL_KIND_TO_RULE_KIND.get(str(tool_call.get("kind")))
+        raw = tool_call.get("rawInput") if isinstance(tool_call.get("rawInput"), Mapping) else {}
+        if kind in ("read", "write"):
+            for path in tool_call_paths(tool_call):
+                rel = self.resolve(path) if isinstance(path, str) else None
+                if rel is not None:
+                    self._approved.add((kind, rel))
+        elif kind == "execute" and raw.get("command"):
+            try:
+                invocation = parse_invocation(
+                    raw["command"], raw.get("args") if isinstance(raw["command"], str) else None
+                )
+            except Unparseable:
+                return
+            self._approved.update(("execute", c.text) for c in invocation.commands)
+
+    def forget_approvals(self) -> None:
+        """A turn ended: what a person approved in it is not approved for the next."""
+        self._approved.clear()
+
+    def _judge_tool_call(self, tool_call: Mapping[str, Any]) -> Verdict:
         kind = tool_call.get("kind")
         if kind == "think":
             return Verdict(True, ("builtin:think",), {"kind": "no_permission_needed"})
@@ -113,16 +158,10 @@ class Policy:
             return _refuse("no_target", why="the request names no host", tool_kind=kind)
         return self._judge("network", hosts)
 
-    def judge_read(self, path: str) -> Verdict:
-        return self._judge_paths("read", [path])
+    def _judge_fs(self, kind: str, path: str) -> Verdict:
+        return self._judge_paths(kind, [path])
 
-    def judge_write(self, path: str) -> Verdict:
-        return self._judge_paths("write", [path])
-
-    def judge_execute(
-        self, command: str | Sequence[str], args: Sequence[str] | None = None, *, cwd: str | None = None
-    ) -> Verdict:
-        """Judge a command: every simple command in it, and every file it redirects to."""
+    def _judge_execute(self, command: str | Sequence[str], args: Sequence[str] | None, cwd: str | None) -> Verdict:
         base = self.worktree
         if cwd:
             resolved = self.resolve(cwd)
@@ -136,6 +175,10 @@ class Policy:
         verdict = self._judge("execute", [c.text for c in invocation.commands])
         if not verdict.allowed:
             return verdict
+        moves = [c.words[0] for c in invocation.commands if c.words[0] in ("cd", "pushd", "popd")]
+        if invocation.redirects and moves:
+            why = f"a redirection in a script that changes directory ({moves[0]}) cannot be placed"
+            return _refuse("unparseable", command=_as_text(command, args), why=why)
         rule_ids = list(verdict.rule_ids)
         for redirect in invocation.redirects:
             if redirect.target == "/dev/null":
@@ -152,6 +195,8 @@ class Policy:
 
     def resolve(self, path: str) -> str | None:
         """The path relative to the worktree after resolving symlinks and `..`; None if outside."""
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise ValueError(f"not a path: {path!r}")
         absolute = path if os.path.isabs(path) else os.path.join(self.worktree, path)
         real = Path(os.path.realpath(absolute))
         if real == self.worktree:
@@ -162,17 +207,13 @@ class Policy:
             return None
 
     def is_protected(self, relative: str) -> bool:
-        real = self.worktree / relative
-        if real in self._protected_files:
+        """A protected path, inside one, or a directory that holds one (deleting `.` takes `.git`)."""
+        if relative == ".":
             return True
-        if self._protected_git_dir is not None:
-            try:
-                inner = real.relative_to(self._protected_git_dir).as_posix()
-            except ValueError:
-                pass
-            else:
-                return any(glob_matches(g.removeprefix(".git/"), inner) for g in DEFAULT_PROTECTED)
-        return any(glob_matches(g, relative) for g in self._protected_globs)
+        if any(glob_matches(g, relative) or _holds(relative, g) for g in self._protected_globs):
+            return True
+        real = self.worktree / relative
+        return any(real == p or p in real.parents or real in p.parents for p in self._protected_paths)
 
     def _judge_paths(self, kind: str, paths: Sequence[str]) -> Verdict:
         relative: list[str] = []
@@ -184,13 +225,17 @@ class Policy:
             if kind == "write" and self.is_protected(rel):
                 return Verdict(False, ("protected",), {"kind": "protected_path", "path": rel})
             relative.append(rel)
-        return self._judge(kind, relative)
+        verdict = self._judge(kind, relative)
+        return Verdict(verdict.allowed, verdict.rule_ids, verdict.reason, tuple(relative))
 
     # --- rules ---------------------------------------------------------------------------------
 
     def _judge(self, kind: str, targets: Sequence[str]) -> Verdict:
         """Every target needs an allow rule and no deny rule (deny wins, order ignored)."""
-        if self.interactive:  # a person decided the permission; confinement checks already ran
+        if self.interactive:  # only what a person approved in this turn (confinement already checked)
+            for target in targets:
+                if (kind, target) not in self._approved:
+                    return _refuse("not_approved", rule_kind=kind, target=target)
             return Verdict(True, ("interactive",), {"kind": "interactive"})
         rules = [r for r in self.rules if r.kind == kind]
         allowed_by: list[str] = []
@@ -260,10 +305,26 @@ def _compile_glob(pattern: str) -> re.Pattern[str]:
 
 def _rule_matches(rule: RuleConfig, target: str) -> bool:
     if rule.kind in ("read", "write"):
-        return any(glob_matches(p, target) for p in rule.patterns)
+        # A deny also covers the directories that hold what it denies: deleting `.` reaches `secrets/`.
+        deny = rule.decision == "deny"
+        return any(glob_matches(p, target) or (deny and _holds(target, p)) for p in rule.patterns)
     if rule.kind == "network":
         return any(fnmatch.fnmatchcase(target.lower(), p.lower()) for p in rule.patterns)
     return any(fnmatch.fnmatchcase(target, p) for p in rule.patterns)
+
+
+def _holds(directory: str, pattern: str) -> bool:
+    """`directory` is an ancestor of everything `pattern` can match (its literal leading part)."""
+    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0].rstrip("/")
+    return directory == "." or (bool(literal) and literal.startswith(directory + "/"))
+
+
+def _safely(judge: Any, *args: Any) -> Verdict:
+    """Anything a request makes the policy trip over is a refusal, never an exception."""
+    try:
+        return judge(*args)
+    except (TypeError, ValueError, AttributeError, RecursionError) as exc:
+        return _refuse("unparseable", why=f"the request could not be judged: {type(exc).__name__}: {exc}")
 
 
 def _refuse(kind: str, **detail: Any) -> Verdict:

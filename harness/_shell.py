@@ -68,9 +68,14 @@ def parse_invocation(command: str | Sequence[str], args: Sequence[str] | None = 
 
 def parse_script(script: str) -> Invocation:
     """Split a shell script into its simple commands and redirections."""
+    if not isinstance(script, str):
+        raise Unparseable(f"not a script: {script!r}")
     for construct in _OPAQUE:
         if construct in script:
             raise Unparseable(f"{construct!r} cannot be judged before it runs")
+    expansion = _expansion(script)
+    if expansion is not None:
+        raise Unparseable(f"{expansion} cannot be judged before the shell expands it")
     lexer = shlex.shlex(script, posix=True, punctuation_chars="();<>|&\n")
     lexer.whitespace = " \t\r"
     lexer.whitespace_split = True
@@ -104,6 +109,40 @@ def parse_script(script: str) -> Invocation:
     if not commands:
         raise Unparseable("no command to run")
     return Invocation(tuple(commands), tuple(redirects))
+
+
+def _expansion(script: str) -> str | None:
+    """The first construct the shell would expand into text the policy never sees, if any.
+
+    Words are judged as written, so anything the shell rewrites first is refused: parameter
+    expansion (`$X`, `${x}`, `$'..'`) outside single quotes; and, unquoted, a leading `~`,
+    globs (`*`, `?`, `[`), braces and backslash escapes (including line continuations).
+    """
+    quote = ""
+    at_word_start = True
+    for ch in script:
+        if quote == "'":
+            if ch == "'":
+                quote = ""
+            continue
+        if ch == "$":
+            return "parameter expansion ($)"
+        if quote == '"':
+            if ch == '"':
+                quote = ""
+            elif ch == "\\":
+                return "a backslash escape"
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch == "\\":
+            return "a backslash escape"
+        elif ch in "*?[{":
+            return f"a glob or brace ({ch})"
+        elif ch == "~" and at_word_start:
+            return "tilde expansion (~)"
+        at_word_start = ch in " \t\n;&|()<>"
+    return None
 
 
 def _flush(words: list[str], commands: list[Command], redirects: list[Redirect]) -> None:

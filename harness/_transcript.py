@@ -43,6 +43,10 @@ class Transcript:
         if len(line) > 2 * self._max_string:
             entry = _bounded(entry, self._max_string)
             line = json.dumps(entry, separators=(",", ":"), default=str, ensure_ascii=False)
+        if len(line) > 16 * self._max_string:  # many short strings: keep the record, drop its payload
+            kept = {k: v for k, v in entry.items() if k in ("seq", "t", "type", "dir", "source", "decision")}
+            entry = {**kept, "truncated": True, "bytes": len(line)}
+            line = json.dumps(entry, separators=(",", ":"), default=str, ensure_ascii=False)
         if self._file is not None:
             self._file.write(line + "\n")
             self._file.flush()

@@ -157,6 +157,9 @@ class AgentProcess:
         except ValueError as exc:
             self._fail(f"stdout line is not JSON ({exc})", line)
             return None
+        except RecursionError:
+            self._fail("stdout line is JSON nested too deeply to read", line)
+            return None
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             self._fail("stdout line is not a JSON-RPC 2.0 object", line)
             return None

@@ -28,6 +28,7 @@ from .protocol import Task
 __all__ = ["GitHubAssignedIssueProvider"]
 
 API_VERSION = "2022-11-28"
+MAX_PAGES = 100  # 10,000 items at per_page=100: beyond that a `next` link is looping
 
 
 class GitHubAssignedIssueProvider:
@@ -46,6 +47,8 @@ class GitHubAssignedIssueProvider:
         self._client = httpx.AsyncClient(
             base_url=config.api_url.rstrip("/"), headers=headers, timeout=config.request_timeout_s
         )
+        self._origin = httpx.URL(config.api_url).copy_with(path="/", query=None, fragment=None)
+        self._done_actions: dict[str, set[str]] = {}  # per task: on_complete actions already carried out
 
     # --- the queue -----------------------------------------------------------------------------
 
@@ -76,13 +79,17 @@ class GitHubAssignedIssueProvider:
         if task.kind == "proposal":
             return None  # submitting the review answered the request
         path = f"/repos/{self.repo}/issues/{task.id}"
+        done = self._done_actions.setdefault(task.id, set())
         for action in self.config.on_complete:
+            if action in done:  # a retry after a later action failed must not comment twice
+                continue
             if action == "comment":
                 await self._json("POST", f"{path}/comments", {"body": "Completed by loop-harness."})
             elif action == "close":
                 await self._json("PATCH", path, {"state": "closed", "state_reason": "completed"})
             else:
                 await self._json("DELETE", f"{path}/assignees", {"assignees": [self.assignee]})
+            done.add(action)
         return None
 
     async def aclose(self) -> None:
@@ -110,15 +117,19 @@ class GitHubAssignedIssueProvider:
         items: list[dict[str, Any]] = []
         url: str | None = path
         query: dict[str, str] | None = params
-        while url:
+        for _ in range(MAX_PAGES):
+            if url is None:
+                return items
             response = await self._send("GET", url, params=query)
             page = _decode(response)
             if not isinstance(page, list):
                 raise HostUnavailable(f"GET {url} answered {type(page).__name__}, not a list")
             items += [item for item in page if isinstance(item, dict)]
             url = response.links.get("next", {}).get("url")
+            if url is not None and httpx.URL(url).copy_with(path="/", query=None, fragment=None) != self._origin:
+                raise HostUnavailable(f"GET {path}: a next link leaves {self._origin} (the token stays here)")
             query = None  # the next link carries the query
-        return items
+        raise HostUnavailable(f"GET {path}: more than {MAX_PAGES} pages")
 
     async def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         return _decode(await self._send(method, path, json=body))

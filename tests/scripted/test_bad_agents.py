@@ -258,3 +258,22 @@ def test_a_killed_agent_takes_its_children_with_it(scripted_scenario, harness_co
     assert result.reason["killed"] is True
     assert not alive(child_pid(result))
     assert_agent_gone(result)
+
+
+def test_json_nested_too_deeply_is_a_framing_error(scripted_scenario, harness_config, run_loop):
+    nested = '{"jsonrpc":"2.0","method":"x","params":' + '{"a":' * 5000 + "1" + "}" * 5001
+    result = run_one(scripted_scenario, harness_config, run_loop, turn({"garbage": {"text": nested}}))
+    assert result.terminal is Terminal.FAILED
+    assert result.reason["kind"] == "framing_error"
+    assert "nested too deeply" in result.reason["error"]
+
+
+def test_a_record_of_many_short_strings_is_still_bounded(tmp_path):
+    from harness import Transcript
+
+    transcript = Transcript(tmp_path / "t.jsonl", max_string=1024)
+    transcript.record("rpc", dir="in", msg={"params": ["ab"] * 200_000})
+    transcript.close()
+    (record,) = read_transcript(tmp_path / "t.jsonl")
+    assert record["truncated"] is True and record["bytes"] > 1_000_000
+    assert (tmp_path / "t.jsonl").stat().st_size < 1024

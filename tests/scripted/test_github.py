@@ -191,3 +191,21 @@ def test_order_updated_and_unassign_on_complete(github, github_config, run_loop)
     assert started(result) == ["2", "1"]
     assert [c[2] for c in github.made("DELETE", f"/repos/{github.repo}/issues/")] == [{"assignees": ["agent"]}] * 2
     assert not github.made("PATCH", "/")
+
+
+def test_a_retried_mark_done_comments_once(github, github_config, run_loop):
+    fill(github, 1)
+    github.script("PATCH", f"/repos/{github.repo}/issues/1", {"status": 502})
+    result = run_loop(github_config())
+    assert result.terminal is Terminal.IDLE
+    assert len(github.made("POST", f"/repos/{github.repo}/issues/1/comments")) == 1
+    assert len(github.made("PATCH", f"/repos/{github.repo}/issues/1")) == 2
+
+
+def test_a_next_link_to_another_host_is_not_followed(github, github_config, run_loop):
+    fill(github, 1)
+    elsewhere = '<https://evil.invalid/steal?page=2>; rel="next"'
+    github.script("GET", f"/repos/{github.repo}/issues", {"status": 200, "body": [], "headers": {"Link": elsewhere}})
+    result = run_loop(github_config(max_retries=0))
+    assert result.terminal is Terminal.BLOCKED_HOST_UNAVAILABLE
+    assert "leaves" in result.reason["cause"]

@@ -152,12 +152,22 @@ def test_permission_requests_map_tool_kinds_to_rule_kinds(worktree, tool_call, a
     assert verdict.reason["kind"] == why
 
 
-def test_an_empty_policy_is_interactive_but_still_confined(worktree):
+def test_an_empty_policy_reaches_only_what_a_person_approved(worktree):
     policy = Policy([], worktree)
     assert policy.interactive
+    assert policy.judge_write("src/a.txt").reason["kind"] == "not_approved"
+    assert policy.judge_execute("touch pwned").reason["kind"] == "not_approved"
+
+    policy.approve({"kind": "edit", "locations": [{"path": "src/a.txt"}]})
+    policy.approve({"kind": "execute", "rawInput": {"command": ["bash", "-lc", "git status"]}})
     assert policy.judge_write("src/a.txt").rule_ids == ("interactive",)
+    assert policy.judge_execute("git", ["status"]).allowed
+    assert policy.judge_write("src/b.txt").reason["kind"] == "not_approved"
     assert policy.judge_write("/etc/passwd").reason["kind"] == "outside_worktree"
     assert policy.judge_write(".git/config").reason["kind"] == "protected_path"
+
+    policy.forget_approvals()  # the turn ended
+    assert policy.judge_write("src/a.txt").reason["kind"] == "not_approved"
 
 
 @pytest.mark.parametrize(

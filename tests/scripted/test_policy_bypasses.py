@@ -1,0 +1,171 @@
+"""Regression tests for ways around the policy found in review: each must be refused, and the
+effect must not happen. Unit cases first, then the kernel against a real agent process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from harness import ConfigError, Policy, Terminal, read_transcript
+from harness._client import POLICY_REFUSED, KernelClient
+from harness._config import RuleConfig
+from harness._exec import ExecHost
+from harness._transcript import Transcript
+from harness.pytest_plugin import LOOP_SCRIPTED
+from scripted_agents.presets import scenario, turn
+
+pytestmark = LOOP_SCRIPTED
+
+EVERYTHING = [
+    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "allow"},
+    {"id": "git", "kind": "execute", "commands": ["git *"], "decision": "allow"},
+    {"id": "cd", "kind": "execute", "commands": ["cd *"], "decision": "allow"},
+    {"id": "echo", "kind": "execute", "commands": ["echo *"], "decision": "allow"},
+    {"id": "no-push", "kind": "execute", "commands": ["git push*"], "decision": "deny"},
+    {"id": "no-secrets", "kind": "write", "paths": ["src/secrets/**"], "decision": "deny"},
+]
+
+
+@pytest.fixture(name="policy")
+def policy_fixture(tmp_path):
+    (tmp_path / "wt" / ".git").mkdir(parents=True)
+    return Policy([RuleConfig.model_validate(r) for r in EVERYTHING], tmp_path / "wt")
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "git status > ~/.bashrc",
+        "git status > $HOME/.bashrc",
+        "git status > .gi?/confi[g]",
+        "git status > $'\\x2egit/config'",
+        "git status > ${x}.git/hooks/pre-commit",
+        "git pu$@sh origin",
+        "git pu${x}sh origin",
+        "git $'push'",
+        "git status; $(echo git) push",
+        "git status \\\n$(id)",
+        "echo {a,b}",
+        "cd .git && echo x > config",
+        "cd /tmp && echo x > pwned",
+    ],
+)
+def test_what_the_shell_would_rewrite_is_refused(policy, script):
+    verdict = policy.judge_execute(["/bin/bash", "-lc", script])
+    assert not verdict.allowed, script
+    assert verdict.reason["kind"] in ("unparseable", "outside_worktree", "protected_path", "denied"), verdict
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "why"),
+    [
+        ({"kind": "delete", "locations": [{"path": "."}]}, "protected_path"),
+        ({"kind": "delete", "locations": [{"path": ".git"}]}, "protected_path"),
+        ({"kind": "move", "rawInput": {"source": ".git", "destination": "old-git"}}, "protected_path"),
+        ({"kind": "edit", "locations": [{"path": ".git/packed-refs"}]}, "protected_path"),
+        ({"kind": "edit", "locations": [{"path": ".git/modules/sub/config"}]}, "protected_path"),
+        ({"kind": "delete", "locations": [{"path": "src"}]}, "denied"),  # holds src/secrets/
+        ({"kind": "execute", "rawInput": {"command": 5}}, "unparseable"),
+        ({"kind": "execute", "rawInput": {"command": "git status", "cwd": 5}}, "unparseable"),
+        ({"kind": "edit", "locations": [{"path": "src/a\x00b"}]}, "unparseable"),
+    ],
+)
+def test_ancestors_protected_paths_and_malformed_requests(policy, tool_call, why):
+    verdict = policy.judge_tool_call({"toolCallId": "c1", **tool_call})
+    assert not verdict.allowed
+    assert verdict.reason["kind"] == why
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["./secrets/**", "/abs/keys/**", "env/", "../outside/**", "."],
+    ids=["dot-slash", "abs", "slash", "dotdot", "dot"],
+)
+def test_globs_that_could_never_match_are_config_errors(pattern, tmp_path):
+    from harness import parse_config
+
+    data = {"workspace": str(tmp_path), "agent": {"command": ["x"]},
+            "policy": {"rules": [{"id": "r", "kind": "write", "paths": [pattern], "decision": "deny"}]}}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"policy\.rules\.0"):
+        parse_config(data, base_dir=tmp_path)
+
+
+def test_requests_outside_a_turn_or_for_another_session_are_refused(tmp_path):
+    transcript = Transcript(tmp_path / "t.jsonl")
+
+    async def scenario_():
+        client = KernelClient(
+            policy=Policy([RuleConfig.model_validate(r) for r in EVERYTHING], tmp_path),
+            transcript=transcript,
+            exec_host=ExecHost({}),
+        )
+        client.begin_turn("sess_1")
+        client.end_turn()
+        with pytest.raises(Exception) as late:
+            await client.create_terminal("sess_1", "git", ["status"])
+        client.begin_turn("sess_2")
+        with pytest.raises(Exception) as stray:
+            await client.write_text_file("sess_1", str(tmp_path / "x.txt"), "x")
+        return late.value, stray.value
+
+    late, stray = asyncio.run(scenario_())
+    transcript.close()
+    refusals = [r["reason"]["kind"] for r in read_transcript(tmp_path / "t.jsonl") if r["type"] == "policy"]
+    assert refusals == ["outside_turn", "unknown_session"]
+    assert (late.code, late.data["kind"]) == (POLICY_REFUSED, "outside_turn")
+    assert (stray.code, stray.data["kind"]) == (POLICY_REFUSED, "unknown_session")
+    assert not (tmp_path / "x.txt").exists()
+
+
+# --- against the real agent process ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["BASH_FUNC_git%%", "HOME", "XDG_CONFIG_HOME", "PAGER", "GCONV_PATH"])
+def test_terminal_env_is_an_allowlist(scripted_scenario, harness_config, run_loop, name):
+    hijack = turn({"terminal": {"command": "git", "args": ["status"], "env": {name: "() { touch pwned; }"}}})
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [hijack]}))))
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"] == {"kind": "unsafe_env", "names": [name]}
+
+
+def test_the_interactive_path_runs_no_command_nobody_approved(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    sneaky = turn({"terminal": {"command": "bash", "args": ["-c", "touch pwned"]}})
+    path = scripted_scenario(scenario({None: [sneaky]}))
+    result = run_loop(
+        harness_config(path, rules=[]), prompt="hi", interactive_handler=lambda p: {"outcome": "cancelled"}
+    )
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] == "not_approved"
+    assert not (harness_workspace.path / "pwned").exists()
+
+
+def test_reading_a_fifo_is_an_error_not_a_hang(scripted_scenario, harness_config, run_loop, harness_workspace):
+    harness_workspace.commit("ignore the pipe", {".gitignore": "pipe\n"}, push=True)
+    os.mkfifo(harness_workspace.path / "pipe")
+    read = turn({"read": {"path": "pipe"}})
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [read]}))))
+
+    failed = [r for r in read_transcript(result.transcript)
+              if r["type"] == "rpc" and "not a regular file" in str(r["msg"])]  # fmt: skip
+    assert failed, "the read was answered with an error"
+    assert result.tasks[0].terminal is Terminal.COMPLETED  # the turn went on, nothing hung
+
+
+def test_a_command_that_backgrounds_a_child_does_not_block_its_wait(scripted_scenario, harness_config, run_loop):
+    rules = [
+        *EVERYTHING[:1],
+        {"id": "sleep", "kind": "execute", "commands": ["sleep *", "echo *"], "decision": "allow"},
+    ]
+    background = turn({"terminal": {"command": "bash", "args": ["-c", "sleep 60 & echo started"]}})
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [background]})), rules=rules,
+                                     limits={"turn_timeout_s": 20}))  # fmt: skip
+    assert result.terminal is Terminal.IDLE  # not a turn timeout
+    waits = [r["msg"]["result"] for r in read_transcript(result.transcript)
+             if r["type"] == "rpc" and r["dir"] == "out" and "exitCode" in (r["msg"].get("result") or {})]  # fmt: skip
+    assert waits == [{"exitCode": 0}]
