@@ -59,6 +59,7 @@ InteractiveHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]] | dict
 # command runs (LD_PRELOAD, PATH, HOME -> a .gitconfig with core.fsmonitor, BASH_FUNC_git%%, ...).
 _SAFE_ENV = re.compile(r"^(LANG|LANGUAGE|LC_[A-Z_]+|TERM|NO_COLOR|FORCE_COLOR|CI|COLUMNS|LINES|TZ)$")
 MAX_READ_BYTES = 8 << 20
+SMALL_FILE_BYTES = 256 << 10  # read or written on the event loop; bigger files go to a worker thread
 
 
 @dataclass
@@ -199,7 +200,8 @@ class KernelClient:
         verdict = self._enforce("fs/read_text_file", self.policy.judge_read(path), {"path": path})
         real = self.policy.worktree / verdict.paths[0]  # the file that was judged, not a second resolution
         try:
-            text = await asyncio.to_thread(_read_regular_file, real)
+            small = real.stat().st_size <= SMALL_FILE_BYTES  # stat never blocks, even on a FIFO
+            text = _read_regular_file(real) if small else await asyncio.to_thread(_read_regular_file, real)
         except FileNotFoundError:
             raise RequestError.resource_not_found(path) from None
         except OSError as exc:
@@ -219,7 +221,10 @@ class KernelClient:
         verdict = self._enforce("fs/write_text_file", self.policy.judge_write(path), {"path": path})
         relative = verdict.paths[0]
         try:
-            await asyncio.to_thread(_write_regular_file, self.policy.worktree, relative, content)
+            if len(content) <= SMALL_FILE_BYTES:
+                _write_regular_file(self.policy.worktree, relative, content)
+            else:
+                await asyncio.to_thread(_write_regular_file, self.policy.worktree, relative, content)
         except OSError as exc:
             raise RequestError.internal_error({"path": path, "error": exc.strerror or str(exc)}) from None
         self._record("fs/write_text_file", {"path": path, "bytes": len(content)}, verdict)
