@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["ACTION_TOOLS", "SYSTEM_PROMPT", "TOOLS", "head_grammar_text", "render_chatml", "system_prompt"]
+__all__ = ["ACTION_TOOLS", "TOOLS", "head_grammar_text", "render_chatml", "system_prompt"]
 
 TOOLS: dict[str, dict[str, Any]] = {
     "write_file": {
@@ -65,9 +65,6 @@ def system_prompt(tools: dict[str, dict[str, Any]]) -> str:
         + "\n\nTo call a tool, begin with 'functions.<name>:' and then its JSON arguments. "
         "To reply in text, begin with 'message:'."
     )
-
-
-SYSTEM_PROMPT = system_prompt(TOOLS)
 
 
 def head_grammar_text(names: list[str] | None = None) -> str:
