@@ -33,6 +33,7 @@ from ._exec import ExecHost
 from ._hostcalls import HostCalls
 from ._policy import Policy
 from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state
+from ._recovery import ActiveRuns
 from ._results import RunResult, TaskResult
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
@@ -93,6 +94,8 @@ class Kernel:
         self._git_dir: Path | None = None
         self._repo: pygit2.Repository | None = None
         self._host_tools: Any = None  # a HostToolServer while the agent can reach the host tools
+        self._active: ActiveRuns | None = None
+        self._marker: Path | None = None
 
     @property
     def status(self) -> dict[str, Any]:
@@ -141,10 +144,14 @@ class Kernel:
         self._cancel_event = asyncio.Event()
         if self._cancel_requested:
             self._cancel_event.set()
+        active = ActiveRuns(self.transcript_path.parent)
         try:
+            recovered = active.recover()  # runs whose kernel died: ended Failed/restarted
             transcript = self._transcript = Transcript(self.transcript_path, observer=self.observer)
+            self._marker = active.begin(self.transcript_path)
         except OSError as exc:
             raise ConfigError("transcripts", f"cannot write {self.transcript_path}: {exc.strerror or exc}") from None
+        self._active = active
         mode = "prompt" if prompt is not None else "task" if task_id is not None else "queue"
         transcript.record(
             "run_start",
@@ -156,6 +163,8 @@ class Kernel:
             provider=self.provider.name,
             rules=[r.id for r in self.config.policy.rules],
         )
+        for run in recovered:
+            transcript.record("recovered", **run)
         tasks: list[TaskResult] = []
         self._status = {"state": "running", "mode": mode}
         try:
@@ -181,6 +190,8 @@ class Kernel:
             steering_undelivered=len(self._steering),
         )
         self._transcript.close()
+        if self._active is not None and self._marker is not None:
+            self._active.end(self._marker)
         return RunResult(stop, tasks, self.transcript_path)
 
     async def _run(self, tasks: list[TaskResult], *, task_id: str | None, prompt: str | None) -> Stop:
@@ -211,6 +222,8 @@ class Kernel:
             client=self._client,
         )
         stop = await self._link.start()
+        if self._link.process is not None and self._active is not None and self._marker is not None:
+            self._active.agent_started(self._marker, self._link.process.pid)
         if stop is not None:
             return stop
         await self._start_host_tools()

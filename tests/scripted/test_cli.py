@@ -155,3 +155,40 @@ def test_a_missing_config_file_exits_2(tmp_path):
     done = cli("run", tmp_path / "nope.yaml")
     assert done.returncode == 2
     assert "cannot read" in done.stderr
+
+
+def test_a_run_whose_kernel_was_killed_ends_failed_restarted(scripted_scenario, harness_config, tmp_path):
+    import psutil
+
+    steps = [{"spawn_child": {"seconds": 300}}, {"message": "still busy"}, {"hang": True}]
+    busy = scripted_scenario(scenario({"T1": [turn(*steps)]}), name="busy.yaml")
+    config = harness_config(busy, name="busy-loop.yaml")
+    first = tmp_path / "transcripts" / "first.jsonl"
+    process = subprocess.Popen([CLI, "run", str(config), "--transcript", str(first)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "still busy" not in (first.read_text() if first.exists() else ""):
+        time.sleep(0.05)
+    said = [r["msg"]["params"]["update"]["content"]["text"] for r in read_transcript(first)
+            if r["type"] == "rpc" and r["msg"].get("method") == "session/update"
+            and r["msg"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk"]  # fmt: skip
+    child = int(next(text for text in said if text.startswith("child pid ")).split()[-1])
+    process.kill()  # SIGKILL: no teardown, no terminal line; the agent's child lives on
+    process.wait()
+    assert read_transcript(first)[-1]["type"] != "terminal"
+    assert psutil.Process(child).status() != psutil.STATUS_ZOMBIE
+
+    quick = harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]})))
+    done = cli("run", quick, "--json")
+
+    assert done.returncode == 0, done.stderr
+    last = read_transcript(first)[-1]
+    assert (last["type"], last["terminal"], last["reason"]["kind"]) == ("terminal", "Failed", "restarted")
+    assert last["reason"]["agent_killed"] is True
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the dead run's agent group was not killed"
+        time.sleep(0.02)
+    second = read_transcript(Path(last_json(done.stdout)["transcript"]))
+    assert [r["transcript"] for r in second if r["type"] == "recovered"] == [str(first)]
+    assert not list((tmp_path / "transcripts" / ".active").glob("*.json"))
