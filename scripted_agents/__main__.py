@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ._agent import ScriptedAgent
@@ -19,7 +20,10 @@ def main(argv: list[str]) -> int:
         print(f"scripted agent: {exc}", file=sys.stderr)
         return 2
     ScriptedAgent(scenario, Wire(sys.stdout.buffer)).serve(sys.stdin.buffer)
-    return 0
+    # stdin is closed: leave now. A turn still playing on a daemon thread may hold stdout's lock,
+    # and the interpreter's shutdown would wait on it and abort (SIGABRT) instead of exiting.
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
