@@ -13,7 +13,8 @@ class LoopbackServer:
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        # A short poll interval: shutdown() waits for the next poll (0.5 s by default).
+        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
 
     def close(self) -> None:
         self._server.shutdown()
