@@ -319,8 +319,7 @@ class KernelClient:
             return
         why = "outside_turn" if session_id == self.session_id else "unknown_session"
         verdict = Verdict(False, (), {"kind": why, "session": session_id})
-        self.transcript.record("policy", source=source, decision="refuse", rule_ids=[], reason=dict(verdict.reason),
-                               outcome="refused", **_describe(target))  # fmt: skip
+        self._record(source, target, verdict, outcome="refused")
         raise RequestError(POLICY_REFUSED, "Refused: no turn of this session is running", dict(verdict.reason))
 
     def _enforce(self, source: str, verdict: Verdict, target: Mapping[str, Any]) -> Verdict:
