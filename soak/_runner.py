@@ -118,7 +118,10 @@ class SoakRunner:
         self.tasks = tasks
         self.mode = mode
         self.agent_kind = agent
-        self.bounds = bounds or Bounds()
+        bounds = bounds or Bounds()
+        # The window is fixed by the planned run, not by how far it has got: a check half-way through
+        # must judge the same windows as the last one (a 10-task window turned one set resize into a leak).
+        self.bounds = bounds if bounds.window else bounds.with_overrides(window=bounds.window_for(tasks))
         self.injector = Injector(inject)
         self.workdir = workdir
         self.progress = progress
@@ -244,8 +247,7 @@ class SoakRunner:
                 self._snapshot = tracemalloc.take_snapshot()
             elif self._baseline is not None and done % self.bounds.quiet_every == 0:
                 await self._check_counters(done)
-            size = self.bounds.window_for(self.tasks)
-            if done > self.bounds.warmup and (done - self.bounds.warmup) % size == 0:
+            if done > self.bounds.warmup and (done - self.bounds.warmup) % self.bounds.window_for(done) == 0:
                 self._check_memory_and_transcript()
         except SoakError as error:
             self.error = error

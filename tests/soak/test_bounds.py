@@ -67,3 +67,18 @@ def test_a_constant_transcript_per_task_passes():
 def test_unknown_bounds_are_refused():
     with pytest.raises(TypeError, match="unknown bounds"):
         Bounds().with_overrides(wramup=3)
+
+
+def test_a_run_judges_its_windows_by_the_planned_length_not_by_how_far_it_got():
+    """CI once failed 87 tasks into a 200-task soak: mid-run checks cut 10-task windows, and two
+    container resizes on top of the results' steady 0.5 KiB/task read as a leak."""
+    from soak import SoakRunner
+
+    runner = SoakRunner(tasks=200)
+    assert runner.bounds.window == 37
+    steady = [200_000 + 512 * i + 4096 * ((i >= 65) + (i >= 75)) for i in range(87)]
+    figures = check_memory(table(steady), runner.bounds, metric="tracemalloc_current", limit=1024, ceiling=1 << 30)
+    assert len(figures["window_slopes"]) == 1 and 512 < figures["window_slopes"][0] < 1024
+    with pytest.raises(MemoryGrowthError, match="kept growing"):  # what the moving window did
+        check_memory(table(steady), Bounds(warmup=50, window=10), metric="tracemalloc_current", limit=1024,
+                     ceiling=1 << 30)  # fmt: skip
