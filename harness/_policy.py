@@ -84,7 +84,8 @@ class Policy:
         self.worktree = Path(os.path.realpath(worktree))
         self._protected_globs = (*DEFAULT_PROTECTED, *protected_globs)
         # Absolute files or directories outside the globs' reach: the run's config, role, transcripts.
-        self._protected_paths = tuple(Path(os.path.realpath(p)) for p in protected_files)
+        self._protected_paths = tuple(os.path.realpath(p) for p in protected_files)
+        self._root = str(self.worktree)  # string prefixes: this runs for every path an agent names
         self._approved: set[tuple[str, str]] = set()  # interactive path: (rule kind, target) a person allowed
 
     @property
@@ -197,14 +198,10 @@ class Policy:
         """The path relative to the worktree after resolving symlinks and `..`; None if outside."""
         if not isinstance(path, str) or not path or "\0" in path:
             raise ValueError(f"not a path: {path!r}")
-        absolute = path if os.path.isabs(path) else os.path.join(self.worktree, path)
-        real = Path(os.path.realpath(absolute))
-        if real == self.worktree:
+        real = os.path.realpath(os.path.join(self._root, path))  # an absolute `path` replaces the root
+        if real == self._root:
             return "."
-        try:
-            return real.relative_to(self.worktree).as_posix()
-        except ValueError:
-            return None
+        return real[len(self._root) + 1 :] if _inside(real, self._root) else None
 
     def is_protected(self, relative: str) -> bool:
         """A protected path, inside one, or a directory that holds one (deleting `.` takes `.git`)."""
@@ -212,8 +209,8 @@ class Policy:
             return True
         if any(glob_matches(g, relative) or _holds(relative, g) for g in self._protected_globs):
             return True
-        real = self.worktree / relative
-        return any(real == p or p in real.parents or real in p.parents for p in self._protected_paths)
+        real = os.path.join(self._root, relative)
+        return any(real == p or _inside(real, p) or _inside(p, real) for p in self._protected_paths)
 
     def _judge_paths(self, kind: str, paths: Sequence[str]) -> Verdict:
         relative: list[str] = []
@@ -311,6 +308,11 @@ def _rule_matches(rule: RuleConfig, target: str) -> bool:
     if rule.kind == "network":
         return any(fnmatch.fnmatchcase(target.lower(), p.lower()) for p in rule.patterns)
     return any(fnmatch.fnmatchcase(target, p) for p in rule.patterns)
+
+
+def _inside(path: str, directory: str) -> bool:
+    """`path` lies strictly below `directory` (both absolute and normalised)."""
+    return path.startswith(directory.rstrip("/") + "/")
 
 
 def _holds(directory: str, pattern: str) -> bool:
