@@ -124,7 +124,7 @@ class KernelClient:
     # --- session/update -----------------------------------------------------------------------
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        if isinstance(update, ToolCallStart) and update.kind != "think":
+        if isinstance(update, ToolCallStart):  # any kind, `think` included: the design counts tool calls
             self.turn.tool_calls += 1
         elif isinstance(update, UsageUpdate):
             self.turn.usage = {"used": update.used, "size": update.size}
@@ -144,7 +144,7 @@ class KernelClient:
         if verdict.allowed:
             option = _pick(options, ("allow_once",))
             if option is None:  # never allow_always: an agent may persist it as its own rule
-                verdict = Verdict(False, verdict.rule_ids, {"kind": "no_allow_once_option"})
+                verdict = Verdict(False, (), {"kind": "no_allow_once_option", "allowed_by": list(verdict.rule_ids)})
         if not verdict.allowed:
             self._refused("session/request_permission", verdict, raw_call)
             option = _pick(options, ("reject_once", "reject_always"))
@@ -342,7 +342,7 @@ class KernelClient:
     def _record(
         self, source: str, target: Mapping[str, Any], verdict: Verdict | None, *, outcome: str | None = None
     ) -> None:
-        if verdict is not None and verdict.allowed:
+        if verdict is not None:  # the rule that decided, allow or deny (the design: every auto-resolved request)
             for rule_id in verdict.rule_ids:
                 if rule_id not in self.rule_ids:
                     self.rule_ids.append(rule_id)

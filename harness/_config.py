@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._exceptions import ConfigError
 
@@ -37,6 +37,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+def _number_as_text(value: Any) -> Any:
+    """YAML reads `id: 7` and `DEBUG: 1` as numbers; they mean the text. A boolean does not say which
+    text (`true`, `yes`, `on` all read as True), so it is refused with the way out."""
+    if isinstance(value, bool):
+        raise ValueError("a YAML boolean is not text here: quote it (for example 'true' or '1')")
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+#: Text that YAML may have read as a number (ids, environment values).
+Text = Annotated[str, BeforeValidator(_number_as_text)]
+
+
 def _check_globs(patterns: list[str]) -> list[str]:
     """Worktree globs are relative and normalised: anything else could never match, silently."""
     for pattern in patterns:
@@ -55,7 +69,7 @@ class AgentConfig(_Strict):
     command: list[str] = Field(min_length=1)
     # ACP has no capability for this; the operator declares it (seed 000: required before autonomy).
     supports_permission_requests: bool = False
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, Text] = Field(default_factory=dict)
 
     @field_validator("command")
     @classmethod
@@ -118,7 +132,7 @@ class PolicyConfig(_Strict):
 
 
 class TaskConfig(_Strict):
-    id: str = Field(min_length=1)
+    id: Text = Field(min_length=1)
     title: str = ""
     body: str = ""
     created: float | None = None  # sort key for order=created; defaults to list position
@@ -131,7 +145,7 @@ class FaultConfig(_Strict):
     op: Literal["list_tasks", "mark_done"]
     signal: Literal["rate_limited", "unavailable", "unauthorized", "rejected"]
     times: int = Field(default=1, ge=1)
-    task: str | None = None  # mark_done only: which task's marking fails
+    task: Text | None = None  # mark_done only: which task's marking fails
     reset_in_s: float = 0.0  # rate_limited: when the host says to retry
     cause: str = "scripted outage"
 
@@ -139,7 +153,7 @@ class FaultConfig(_Strict):
 class ProposalConfig(_Strict):
     """A change awaiting review in the memory host's proposal queue."""
 
-    id: str = Field(min_length=1)
+    id: Text = Field(min_length=1)
     title: str = ""
     body: str = ""
     branch: str = ""  # the proposal's head branch

@@ -144,6 +144,8 @@ class Policy:
         raw = raw if isinstance(raw, Mapping) else {}
         if rule_kind in ("read", "write"):
             paths = tool_call_paths(tool_call)
+            if not paths and kind == "search":  # Grep/Glob with no path search the session cwd: the worktree
+                paths = ["."]
             if not paths:
                 return _refuse("no_target", why="the request names no path", tool_kind=kind)
             return self._judge_paths(rule_kind, paths)

@@ -192,3 +192,19 @@ def test_a_run_whose_kernel_was_killed_ends_failed_restarted(scripted_scenario, 
     second = read_transcript(Path(last_json(done.stdout)["transcript"]))
     assert [r["transcript"] for r in second if r["type"] == "recovered"] == [str(first)]
     assert not list((tmp_path / "transcripts" / ".active").glob("*.json"))
+
+
+def test_numbers_in_yaml_are_text_where_the_config_wants_text(scripted_scenario, harness_config):
+    """`id: 7` and `DEBUG: 1` are what people write; a boolean is refused, naming the key."""
+    path = scripted_scenario(scenario({"7": [write_turn("src/seven.txt", "7\n", commit="7")]}))
+    config = harness_config(path, tasks=[{"id": 7, "title": "Task seven"}])
+    config.write_text(config.read_text().replace("agent:\n", "agent:\n  env:\n    DEBUG: 1\n", 1))
+
+    done = cli("run", config, "--json")
+    assert done.returncode == 0, done.stderr
+    assert [(t["id"], t["terminal"]) for t in last_json(done.stdout)["tasks"]] == [("7", "Completed")]
+
+    config.write_text(config.read_text().replace("DEBUG: 1", "DEBUG: true"))
+    refused = cli("run", config, "--json")
+    assert refused.returncode == 2
+    assert "agent.env.DEBUG" in refused.stderr and "quote it" in refused.stderr

@@ -135,6 +135,8 @@ def test_command_cwd_outside_the_worktree_is_refused(worktree, tmp_path):
         ({"kind": "delete", "locations": [{"path": "src/a.py"}]}, True, "allowed"),
         ({"kind": "read", "locations": [{"path": "anything.txt"}]}, True, "allowed"),
         ({"kind": "edit", "title": "no path at all"}, False, "no_target"),
+        ({"kind": "search", "rawInput": {"pattern": "TODO"}}, True, "allowed"),  # the whole worktree: read **
+        ({"kind": "read", "title": "no path at all"}, False, "no_target"),
         ({"kind": "execute", "rawInput": {"command": ["/bin/bash", "-lc", "git status"]}}, True, "allowed"),
         ({"kind": "execute", "rawInput": {"command": "rm -rf /"}}, False, "unmatched"),
         ({"kind": "execute", "title": "git status"}, False, "no_target"),  # titles are not commands
@@ -150,6 +152,12 @@ def test_permission_requests_map_tool_kinds_to_rule_kinds(worktree, tool_call, a
     verdict = policy.judge_tool_call({"toolCallId": "c1", **tool_call})
     assert verdict.allowed is allowed, verdict
     assert verdict.reason["kind"] == why
+
+
+def test_a_search_without_a_path_needs_the_whole_worktree(worktree):
+    narrow = {"id": "read-src", "kind": "read", "paths": ["src/**"], "decision": "allow"}
+    verdict = Policy(rules(narrow), worktree).judge_tool_call({"kind": "search", "rawInput": {"pattern": "x"}})
+    assert (verdict.allowed, verdict.reason) == (False, {"kind": "unmatched", "rule_kind": "read", "target": "."})
 
 
 def test_an_empty_policy_reaches_only_what_a_person_approved(worktree):

@@ -43,6 +43,25 @@ def test_deny_beats_allow_in_any_order(scripted_scenario, harness_config, run_lo
     assert not (harness_workspace.path / "src/secret.txt").exists()
     decision = policy_records(result)[0]
     assert (decision["decision"], decision["rule_ids"]) == ("refuse", ["deny-secret"])
+    assert result.tasks[0].rule_ids == ["deny-secret"]  # a deny auto-resolves too: its id is on the status
+
+
+def test_an_allowed_request_without_an_allow_once_option_is_refused_not_persisted(
+    scripted_scenario, harness_config, run_loop
+):
+    # Choosing allow_always could let the agent store its own standing rule past the policy.
+    always_only = [
+        {"optionId": "always", "name": "Always allow", "kind": "allow_always"},
+        {"optionId": "no", "name": "Reject", "kind": "reject_once"},
+    ]
+    call = {"title": "Read", "kind": "read", "locations": ["README.md"], "permission": {"options": always_only}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn({"tool_call": call})]}))))
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["rule_id"] is None
+    assert result.reason["refusal"] == {"kind": "no_allow_once_option", "allowed_by": ["read-all"]}
+    assert result.tasks[0].rule_ids == []
+    assert policy_records(result)[0]["outcome"] == "refused"
 
 
 def test_refusal_answered_with_cancelled_is_still_blocked_policy(scripted_scenario, harness_config, run_loop):

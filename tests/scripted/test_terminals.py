@@ -123,6 +123,16 @@ def test_blocked_awaiting_input_after_the_standing_answers(scripted_scenario, ha
     assert prompts(result)[1:] == [STANDING_PROMPT, STANDING_PROMPT]
 
 
+def test_a_think_tool_call_is_a_tool_call(scripted_scenario, harness_config, run_loop):
+    # design.md: "end_turn after at least one tool call" -> Completed; `think` needs no permission.
+    thinking = turn({"tool_call": {"title": "Plan the change", "kind": "think"}})
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [thinking]})), limits={"standing_answers": 1}))
+
+    assert result.terminal is Terminal.IDLE
+    assert (result.tasks[0].terminal, result.tasks[0].reason["tool_calls"]) == (Terminal.COMPLETED, 1)
+    assert len(prompts(result)) == 1  # no standing answer was needed
+
+
 def test_blocked_rate_limited_after_bounded_retries(scripted_scenario, harness_config, run_loop):
     path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
     queue = {
