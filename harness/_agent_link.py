@@ -49,7 +49,7 @@ class AgentLink:
         self.process: AgentProcess | None = None
         self._conn: ClientSideConnection | None = None
         self._init: InitializeResponse | None = None
-        self._last_session: str | None = None
+        self._open_session: str | None = None  # the one session not yet closed, if any
         self.last_usage: dict[str, Any] | None = None  # the agent's cumulative token usage for the session
 
     async def start(self) -> Stop | None:
@@ -96,9 +96,19 @@ class AgentLink:
         outcome = await self._request(request, "session/new")
         if isinstance(outcome, Stop):
             return outcome
-        self._last_session = outcome.session_id
+        self._open_session = outcome.session_id
         self.last_usage = None
         return outcome.session_id
+
+    async def end_session(self, session_id: str) -> None:
+        """A task's session is over: `session/close` it where the agent supports that (Claude's adapter
+        keeps a child process per open session, so a queue would otherwise pile them up)."""
+        process = self.process
+        if self._open_session != session_id or process is None:
+            return
+        if process.disconnected.is_set() or process.exited.is_set():
+            return  # nothing to close, and the run is ending anyway
+        await self._close_open_session()
 
     async def prompt(self, session_id: str, text: str, *, cancel: asyncio.Event) -> str | Stop:
         """One `session/prompt` round: the agent's stop reason, or a Stop for a fault, deadline or cancel."""
@@ -147,7 +157,7 @@ class AgentLink:
             and process is not None
             and not (process.disconnected.is_set() or process.exited.is_set())
         ):
-            await self._close_last_session()
+            await self._close_open_session()
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()
@@ -209,15 +219,16 @@ class AgentLink:
         await _discard(prompt)
         return None, True
 
-    async def _close_last_session(self) -> None:
+    async def _close_open_session(self) -> None:
         """`session/close` where the agent supports it: some agents exit only then."""
+        session_id, self._open_session = self._open_session, None
         caps = self._init.agent_capabilities if self._init else None
         sessions = caps.session_capabilities if caps else None
-        if self._last_session is None or sessions is None or sessions.close is None:
+        if session_id is None or sessions is None or sessions.close is None:
             return
         assert self._conn is not None
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._conn.close_session(session_id=self._last_session), 2.0)
+            await asyncio.wait_for(self._conn.close_session(session_id=session_id), 2.0)
 
 
 async def _discard(future: asyncio.Future[Any]) -> None:

@@ -189,4 +189,5 @@ async def _time_bare(scenario: Path, workspace: Path, tasks: int) -> float:
             response = await conn.prompt(session_id=session.session_id, prompt=[text_block(f"bench task {i}")])
             if response.stop_reason != "end_turn":
                 raise RuntimeError(f"the bare side's task {i} ended {response.stop_reason}")
+            await conn.close_session(session_id=session.session_id)  # as the kernel does, per task
     return time.perf_counter() - start

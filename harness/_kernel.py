@@ -439,6 +439,7 @@ class Kernel:
                 text, kind = STANDING_PROMPT, "standing_policy"
         finally:
             await self._client.exec_host.release_session(session_id)
+            await self._link.end_session(session_id)
 
     def _with_steering(self, text: str, kind: str) -> tuple[str, str]:
         if not self._steering:

@@ -153,6 +153,14 @@ def test_each_task_gets_its_own_session_on_one_agent_process(scripted_scenario, 
     assert len([r for r in records if r["type"] == "agent_start"]) == 1
     sessions = [r["msg"]["params"]["_meta"]["loopHarness"]["taskId"] for r in rpc(records, "out", "session/new")]
     assert sessions == ["T1", "T2", "T3"]
+    # Each session is closed when its task ends (the agent advertises session/close), before the next opens.
+    order = [
+        (r["msg"]["method"], r["msg"]["params"].get("sessionId"))
+        for r in rpc(records, "out")
+        if r["msg"].get("method") in ("session/new", "session/close")
+    ]
+    opened = [r["msg"]["result"]["sessionId"] for r in rpc(records, "in") if "sessionId" in (r["msg"].get("result") or {})]
+    assert order == [m for sid in opened for m in (("session/new", None), ("session/close", sid))]
 
 
 def test_steering_from_another_thread(scripted_scenario, harness_config, run_loop):
