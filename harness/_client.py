@@ -17,6 +17,7 @@ import contextlib
 import inspect
 import os
 import re
+import shutil
 import stat
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -57,7 +58,11 @@ InteractiveHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]] | dict
 
 # The only variables an agent may set for a command: anything else can change what an allowed
 # command runs (LD_PRELOAD, PATH, HOME -> a .gitconfig with core.fsmonitor, BASH_FUNC_git%%, ...).
-_SAFE_ENV = re.compile(r"^(LANG|LANGUAGE|LC_[A-Z_]+|TERM|NO_COLOR|FORCE_COLOR|CI|COLUMNS|LINES|TZ)$")
+# CLAUDECODE=1 is the marker claude-code-acp sets on every command it runs.
+_SAFE_ENV = re.compile(r"^(LANG|LANGUAGE|LC_[A-Z_]+|TERM|NO_COLOR|FORCE_COLOR|CI|COLUMNS|LINES|TZ|CLAUDECODE)$")
+#: A command with no args that holds any of these is a shell script, not a program's name.
+_SHELL = shutil.which("bash") or "/bin/sh"
+_SCRIPT_CHARS = frozenset(" \t\n;&|<>()'\"")
 MAX_READ_BYTES = 8 << 20
 SMALL_FILE_BYTES = 256 << 10  # read or written on the event loop; bigger files go to a worker thread
 
@@ -245,12 +250,17 @@ class KernelClient:
         target = {"command": command, "args": args or [], "cwd": cwd}
         self._in_this_turn("terminal/create", session_id, target)
         self.turn.client_calls += 1
+        # No args and a command like "git status && git log": a script for the shell, as editors run it
+        # (claude-code-acp 0.16 sends its Bash tool's command this way). It is judged as the script it is,
+        # command by command, exactly as the permission request that preceded it was.
+        script = not args and isinstance(command, str) and not _SCRIPT_CHARS.isdisjoint(command)
+        argv = [_SHELL, "-c", command] if script else [command, *(args or [])]
         variables = {v.name: v.value for v in env or ()}
         unsafe = sorted(name for name in variables if not _SAFE_ENV.match(name))
         verdict = (
             Verdict(False, (), {"kind": "unsafe_env", "names": unsafe})
             if unsafe
-            else self.policy.judge_execute(command, args or [], cwd=cwd)
+            else self.policy.judge_execute(command, None if script else args or [], cwd=cwd)
         )
         self._enforce("terminal/create", verdict, target)
         relative = self.policy.resolve(cwd) if cwd else "."
@@ -258,7 +268,7 @@ class KernelClient:
         try:
             terminal_id = await self.exec_host.create(
                 session_id,
-                [command, *(args or [])],
+                argv,
                 cwd=str(workdir),
                 env=variables,
                 output_byte_limit=output_byte_limit,

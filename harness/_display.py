@@ -77,6 +77,6 @@ def summary_table(result: RunResult) -> Table:
     for column in ("task", "terminal", "rule ids used", "tokens", "time"):
         table.add_column(column, justify="right" if column in ("tokens", "time") else "left")
     for task in result.tasks:
-        tokens = str(task.tokens.get("totalTokens", "")) if task.tokens else "-"
+        tokens = str(task.tokens.get("totalTokens", task.tokens.get("used", ""))) if task.tokens else "-"
         table.add_row(task.id, task.terminal.value, ", ".join(task.rule_ids) or "-", tokens, f"{task.seconds:.1f} s")
     return table

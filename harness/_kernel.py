@@ -85,6 +85,7 @@ class Kernel:
         self.observer = observer
         self._status: dict[str, Any] = {"state": "new"}
         self._steering: list[str] = []
+        self._context_usage: dict[str, Any] | None = None  # the running session's last usage_update
         self._cancel_requested = False
         self._cancel_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -362,7 +363,7 @@ class Kernel:
             reason=stop.reason,  # type: ignore[arg-type]  # built for this task, not shared
             rule_ids=list(self._client.rule_ids),
             iterations=iterations,
-            tokens=self._link.last_usage if self._link else None,
+            tokens=self._tokens(),
             seconds=time.monotonic() - started,
         )
         self._transcript.record("task_end", **result.to_json())
@@ -394,6 +395,7 @@ class Kernel:
         assert self._link is not None and self._client is not None and self._transcript is not None
         assert self._cancel_event is not None
         meta = {"loopHarness": {"taskId": task.id, "title": task.title}} if task else {}
+        self._context_usage = None
         session_id = await self._link.new_session(self.config.workspace, meta, mcp_servers or [])
         if isinstance(session_id, Stop):
             return session_id, 0
@@ -416,6 +418,7 @@ class Kernel:
                     outcome = await self._link.prompt(session_id, text, cancel=self._cancel_event)
                 finally:
                     self._client.end_turn()
+                    self._context_usage = turn.usage or self._context_usage
                 if isinstance(outcome, Stop):
                     return outcome, iterations
                 if turn.refusals:  # whatever stop reason followed the refusal
@@ -440,6 +443,13 @@ class Kernel:
         finally:
             await self._client.exec_host.release_session(session_id)
             await self._link.end_session(session_id)
+
+    def _tokens(self) -> dict[str, Any] | None:
+        """The task's token usage: the prompt answer's, else the last `usage_update` (Codex reports only
+        that: context tokens `used` of `size`)."""
+        if self._link is not None and self._link.last_usage:
+            return self._link.last_usage
+        return dict(self._context_usage) if self._context_usage else None
 
     def _with_steering(self, text: str, kind: str) -> tuple[str, str]:
         if not self._steering:

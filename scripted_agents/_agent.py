@@ -278,7 +278,9 @@ class _Player:
             self._message(f"read mismatch: {result.get('content')!r} != {spec['expect']!r}")
 
     def _step_terminal(self, spec: dict[str, Any]) -> None:
-        params: dict[str, Any] = {"command": spec["command"], "args": list(spec.get("args", []))}
+        params: dict[str, Any] = {"command": spec["command"]}
+        if "args" in spec:  # without args the command is a whole script (claude-code-acp 0.16 sends that)
+            params["args"] = list(spec["args"])
         if "cwd" in spec:
             params["cwd"] = self._abs(spec["cwd"])
         if "env" in spec:
@@ -293,7 +295,9 @@ class _Player:
         output = self._client_request("terminal/output", terminal, "continue") or {}
         self._client_request("terminal/release", terminal, "continue")
         tail = (output.get("output") or "")[-500:]
-        self._message(f"$ {spec['command']} {' '.join(params['args'])} -> exit {status.get('exitCode')}\n{tail}")
+        self._message(
+            f"$ {spec['command']} {' '.join(params.get('args', []))} -> exit {status.get('exitCode')}\n{tail}"
+        )
         if status.get("exitCode") != 0 and spec.get("on_failure", "continue") != "continue":
             raise _Stop("end_turn")
 

@@ -159,7 +159,9 @@ def test_each_task_gets_its_own_session_on_one_agent_process(scripted_scenario, 
         for r in rpc(records, "out")
         if r["msg"].get("method") in ("session/new", "session/close")
     ]
-    opened = [r["msg"]["result"]["sessionId"] for r in rpc(records, "in") if "sessionId" in (r["msg"].get("result") or {})]
+    opened = [
+        r["msg"]["result"]["sessionId"] for r in rpc(records, "in") if "sessionId" in (r["msg"].get("result") or {})
+    ]
     assert order == [m for sid in opened for m in (("session/new", None), ("session/close", sid))]
 
 
@@ -202,3 +204,16 @@ def test_the_loop_status_carries_the_rule_ids(scripted_scenario, harness_config,
     ]
     assert kernel["k"].status["state"] == "ended"
     assert "state=ended" in repr(kernel["k"])
+
+
+def test_usage_reported_only_by_usage_update_reaches_the_task_result(scripted_scenario, harness_config, run_loop):
+    # Codex's adapter answers session/prompt without usage and reports context tokens by usage_update.
+    t1 = write_turn("src/a.txt", "a\n", commit="T1")
+    t1["steps"].insert(0, {"usage": {"used": 1200, "size": 8192}})
+    t1["steps"].append({"usage": {"used": 1800, "size": 8192}})
+    path = scripted_scenario(scenario({"T1": [t1], "T2": [write_turn("src/b.txt", "b\n", commit="T2")]}))
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]))
+
+    assert result.terminal is Terminal.IDLE
+    assert result.tasks[0].tokens == {"used": 1800, "size": 8192}  # the last one reported
+    assert result.tasks[1].tokens is None  # T1's figures are not carried into T2's session

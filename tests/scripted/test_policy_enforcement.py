@@ -162,6 +162,32 @@ def test_terminal_chains_are_judged_command_by_command(scripted_scenario, harnes
     assert not (harness_workspace.path / "pwned").exists()
 
 
+def test_a_terminal_command_without_args_is_a_script_judged_and_run_as_one(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    # claude-code-acp 0.16 sends its Bash tool's whole command line as `command`, no args, CLAUDECODE=1.
+    bash_tool = {"command": "git status --short && git log --oneline -1", "env": {"CLAUDECODE": "1"}}
+    line = bash_tool["command"]
+    ask = {"tool_call": {"title": line, "kind": "execute", "raw_input": {"command": line}, "permission": True}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(ask, {"terminal": bash_tool})]}))))
+
+    assert result.terminal is Terminal.IDLE, result.reason
+    assert [r["outcome"] for r in policy_records(result)] == ["allow", None]  # the option id of allow_once
+    assert [r["rule_ids"] for r in policy_records(result)] == [["git"], ["git"]]
+    outputs = [
+        r["msg"]["result"]["output"]
+        for r in read_transcript(result.transcript)
+        if r["type"] == "rpc" and "output" in (r["msg"].get("result") or {})
+    ]
+    assert "initial" in outputs[0]  # the shell ran both commands: the log line is the first commit's
+
+    sneaky = {"terminal": {"command": "git status && touch pwned"}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(sneaky)]}), name="sneaky.yaml")))
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"] == {"kind": "unmatched", "rule_kind": "execute", "target": "touch pwned"}
+    assert not (harness_workspace.path / "pwned").exists()
+
+
 def test_terminal_env_that_changes_what_runs_is_refused(scripted_scenario, harness_config, run_loop):
     hijack = turn({"terminal": {"command": "git", "args": ["fetch"], "env": {"GIT_SSH_COMMAND": "sh -c id"}}})
     result = run_loop(harness_config(scripted_scenario(scenario({"T1": [hijack]}))))
