@@ -44,6 +44,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
+from ._config import HOST_SERVER_NAME
 from ._exec import ExecHost, TerminalGone
 from ._policy import Policy, Verdict
 from ._transcript import Transcript
@@ -63,6 +64,7 @@ _SAFE_ENV = re.compile(r"^(LANG|LANGUAGE|LC_[A-Z_]+|TERM|NO_COLOR|FORCE_COLOR|CI
 #: A command with no args that holds any of these is a shell script, not a program's name.
 _SHELL = shutil.which("bash") or "/bin/sh"
 _SCRIPT_CHARS = frozenset(" \t\n;&|<>()'\"")
+_HOST_TOOL_TITLE = re.compile(rf"mcp__{re.escape(HOST_SERVER_NAME)}__([a-z_]+)")
 MAX_READ_BYTES = 8 << 20
 SMALL_FILE_BYTES = 256 << 10  # read or written on the event loop; bigger files go to a worker thread
 
@@ -96,6 +98,7 @@ class KernelClient:
         self.interactive_handler = interactive_handler
         self.turn = TurnState()
         self.rule_ids: list[str] = []  # rule ids used in the current task, first use first
+        self.host_tools: frozenset[str] = frozenset()
         self.cancelling = False
         self.session_id: str | None = None  # requests for other sessions, or between turns, are refused
         self.in_turn = False
@@ -104,8 +107,10 @@ class KernelClient:
     def on_connect(self, conn: Any) -> None:
         return None
 
-    def begin_task(self) -> None:
+    def begin_task(self, host_tools: frozenset[str] = frozenset()) -> None:
+        """A task starts; `host_tools` are the kernel's own MCP tools its role lets the agent call."""
         self.rule_ids = []
+        self.host_tools = host_tools
 
     def begin_turn(self, session_id: str) -> TurnState:
         self.turn = TurnState()
@@ -145,7 +150,7 @@ class KernelClient:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         if self.policy.interactive:
             return await self._ask_interactive(session_id, raw_call, options, kwargs)
-        verdict = self.policy.judge_tool_call(raw_call)
+        verdict = self._host_tool_verdict(raw_call) or self.policy.judge_tool_call(raw_call)
         if verdict.allowed:
             option = _pick(options, ("allow_once",))
             if option is None:  # never allow_always: an agent may persist it as its own rule
@@ -158,6 +163,14 @@ class KernelClient:
             return _selected(option)
         self._record("session/request_permission", raw_call, verdict, outcome=option.option_id)
         return _selected(option)
+
+    def _host_tool_verdict(self, raw_call: Mapping[str, Any]) -> Verdict | None:
+        """A request to call one of the kernel's own host tools (Claude titles an MCP tool
+        `mcp__<server>__<tool>`, kind `other`): the role's allowlist already decided it."""
+        match = _HOST_TOOL_TITLE.fullmatch(str(raw_call.get("title") or ""))
+        if match is None or raw_call.get("kind") not in (None, "other") or match[1] not in self.host_tools:
+            return None
+        return Verdict(True, ("builtin:host-tool",), {"kind": "host_tool", "tool": match[1]})
 
     async def _ask_interactive(
         self, session_id: str, raw_call: dict[str, Any], options: list[PermissionOption], meta: dict[str, Any]

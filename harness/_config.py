@@ -216,6 +216,7 @@ class LimitsConfig(_Strict):
 
 
 HOST_TOOLS = ("get_issue", "open_proposal", "submit_review", "get_commits_status", "plan_verification")
+HOST_SERVER_NAME = "loop-harness-host"  # the host tools' entry in session/new mcpServers
 
 
 class RoleConfig(_Strict):

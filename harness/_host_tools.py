@@ -1,7 +1,7 @@
 """The host's tools, bound to the task at hand: what an agent may ask of the tracker.
 
     get_issue           the task: id, title, body (and the head branch of a proposal)
-    open_proposal       open a proposal from the workspace's branch (memory: recorded; GitHub: a pull request)
+    open_proposal       open a proposal from the task's branch (memory: recorded; GitHub: a pull request)
     submit_review       review the proposal being worked on (approve, request_changes or comment)
     get_commits_status  the checks on a ref (default: the proposal's head, else HEAD)
     plan_verification   the steps to verify the change: the files it touches, and what to run
@@ -33,7 +33,11 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
         "description": "Propose your change for review: opens a proposal (pull request) from your branch.",
         "inputSchema": {
             "type": "object",
-            "properties": {"title": {"type": "string", "maxLength": 120}, "body": {"type": "string", "maxLength": 400}},
+            "properties": {
+                "title": {"type": "string", "maxLength": 120},
+                "body": {"type": "string", "maxLength": 400},
+                "branch": {"type": "string", "maxLength": 100, "description": "your pushed branch (default: current)"},
+            },
             "required": ["title"],
         },
     },
@@ -76,8 +80,9 @@ class TaskBinding:
 
 
 class HostTools:
-    def __init__(self, provider: QueueProvider, *, workspace: Path, git_dir: Path | None) -> None:
+    def __init__(self, provider: QueueProvider, *, workspace: Path, git_dir: Path | None, base_branch: str) -> None:
         self.provider = provider
+        self.base_branch = base_branch  # what proposals are opened against
         self.workspace = workspace
         self.git_dir = git_dir
 
@@ -95,7 +100,7 @@ class HostTools:
         elif name == "open_proposal":
             if task.kind != "issue":
                 raise HostToolError("open_proposal works on an issue, and this task is a proposal to review")
-            head = self._branch()
+            head = self._head_branch(arguments.get("branch"))
             result = await _host(self.provider, "open_proposal")(
                 task, title=str(arguments.get("title") or task.title), body=str(arguments.get("body") or ""), head=head
             )
@@ -128,6 +133,20 @@ class HostTools:
         if repo.head_is_detached or repo.head_is_unborn:
             raise HostToolError("HEAD is not on a branch: there is nothing to propose from")
         return repo.head.shorthand
+
+    def _head_branch(self, named: Any) -> str:
+        """The proposal's head: the branch the agent names, else the workspace's; never the base."""
+        if named is not None and (
+            not isinstance(named, str) or not pygit2.reference_is_valid_name(f"refs/heads/{named}")
+        ):
+            raise HostToolError(f"branch must be a branch name (got {named!r})")
+        head = named or self._branch()
+        if head == self.base_branch:
+            raise HostToolError(
+                f"the proposal's branch is the base branch {head!r}: commit the task's work on a branch of its own, "
+                "push it, and open the proposal from it (argument 'branch', or check it out)"
+            )
+        return head
 
     def _head_sha(self) -> str:
         repo = self._repo()

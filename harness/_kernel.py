@@ -278,7 +278,8 @@ class Kernel:
         from ._host_tools import HostTools  # the MCP server costs ~0.5 s to import: only when it is used
         from ._mcp_host import HostToolServer
 
-        tools = HostTools(self.provider, workspace=self.config.workspace, git_dir=self._git_dir)
+        tools = HostTools(self.provider, workspace=self.config.workspace, git_dir=self._git_dir,
+                          base_branch=self.config.queue.base_branch)  # fmt: skip
         self._host_tools = HostToolServer(tools, self._transcript)
         await self._host_tools.start()
         self._transcript.record("host_tools", served=True, port=self._host_tools.port,
@@ -343,13 +344,14 @@ class Kernel:
         assert self._transcript is not None and self._client is not None
         self._status = {"state": "running", "task": task.id, "iteration": 0}
         self._transcript.record("task_start", task={"id": task.id, "title": task.title})
-        self._client.begin_task()
         started = time.monotonic()
         if self._host_tools is None:
+            self._client.begin_task()
             stop, iterations = await self._session(_task_prompt(self.config.role.prompt, task), task=task)
             used: list[str] = []
         else:
             binding = self._host_tools.tools.bind(task, self.config.role.tools)
+            self._client.begin_task(binding.allowed)
             with self._host_tools.serving(binding) as entry:
                 stop, iterations = await self._session(
                     _task_prompt(self.config.role.prompt, task), task=task, mcp_servers=[entry]

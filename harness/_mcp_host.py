@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from ._config import HOST_SERVER_NAME
 from ._host_tools import TOOL_SPECS, HostToolError, HostTools, TaskBinding
 from ._transcript import Transcript
 
@@ -107,7 +108,7 @@ class HostToolServer:
         try:
             yield {
                 "type": "http",
-                "name": "loop-harness-host",
+                "name": HOST_SERVER_NAME,
                 "url": f"http://127.0.0.1:{self.port}/tasks/{key}/mcp",
                 "headers": [{"name": "Authorization", "value": f"Bearer {binding.token}"}],
             }

@@ -104,6 +104,10 @@ class FakeGitHub:
                 issue["assignees"] = [a for a in issue["assignees"] if a["login"] not in body.get("assignees", [])]
                 return 200, issue, {}
         if method == "POST" and path == f"{base}/pulls":
+            if body["head"] == body["base"]:  # what GitHub answers
+                why = f"No commits between {body['base']} and {body['head']}"
+                errors = [{"resource": "PullRequest", "code": "custom", "message": why}]
+                return 422, {"message": "Validation Failed", "errors": errors}, {}
             number = 100 + len(self.pulls)
             self.add_pull(number, body["title"], reviewers=[], head=body["head"])
             return 201, {"number": number, "html_url": f"https://github.invalid/{self.repo}/pull/{number}"}, {}

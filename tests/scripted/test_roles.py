@@ -24,6 +24,14 @@ REVIEWER = {
 }
 
 
+def task_branch(name):
+    """Steps that put the task's work on a branch of its own, pushed: what a proposal is opened from."""
+    return [
+        {"terminal": {"command": "git", "args": ["checkout", "-q", "-b", name]}},
+        {"terminal": {"command": "git", "args": ["push", "-q", "-u", "origin", name]}},
+    ]
+
+
 def run_with_provider(run_loop, config_path, **options):
     """Run with the provider built here, so the test can read what the host recorded."""
     config = load_config(config_path)
@@ -73,14 +81,56 @@ def test_an_allowlist_hides_and_refuses_a_tool(scripted_scenario, harness_config
 
 def test_proposal_opened_meets_the_termination(scripted_scenario, harness_config, run_loop):
     propose = {"mcp_call": {"tool": "open_proposal", "arguments": {"title": "Add a greeting", "body": "as asked"}}}
-    path = scripted_scenario(scenario({None: [turn({"read": {"path": "README.md"}}, propose)]}, **MCP_AGENT))
+    steps = [{"read": {"path": "README.md"}}, *task_branch("task-T1"), propose]
+    path = scripted_scenario(scenario({None: [turn(*steps)]}, **MCP_AGENT))
     config = harness_config(path, role={"termination": "ProposalOpened"})
 
     result, host = run_with_provider(run_loop, config)
 
     assert result.terminal is Terminal.IDLE
-    assert host.proposals == [{"id": "P1", "task": "T1", "title": "Add a greeting", "body": "as asked", "head": "main"}]
+    assert host.proposals == [
+        {"id": "P1", "task": "T1", "title": "Add a greeting", "body": "as asked", "head": "task-T1"}
+    ]
     assert host_calls(result) == [("open_proposal", "ok")]
+
+
+def test_a_proposal_from_the_base_branch_is_refused_with_the_way_out(scripted_scenario, harness_config, run_loop):
+    propose = {"mcp_call": {"tool": "open_proposal", "arguments": {"title": "Add a greeting"}}}
+    path = scripted_scenario(scenario({None: [turn({"read": {"path": "README.md"}}, propose)]}, **MCP_AGENT))
+    result, host = run_with_provider(run_loop, harness_config(path, role={"termination": "ProposalOpened"}))
+
+    assert host.proposals == []
+    assert host_calls(result) == [("open_proposal", "error")]
+    said = next(m for m in messages(result) if m.startswith("mcp open_proposal: "))
+    assert "the base branch 'main'" in said and "push it" in said
+    assert (result.terminal, result.reason["termination"]) == (Terminal.BLOCKED_AWAITING_INPUT, "ProposalOpened")
+
+
+def test_a_permission_request_for_an_allowed_host_tool_is_answered_by_the_allowlist(
+    scripted_scenario, harness_config, run_loop
+):
+    # Claude asks before any MCP tool, titled mcp__<server>__<tool>, kind other (no policy rule kind fits).
+    def ask(tool):
+        return {"tool_call": {"title": f"mcp__loop-harness-host__{tool}", "kind": "other", "permission": True}}
+
+    propose = {"mcp_call": {"tool": "open_proposal", "arguments": {"title": "Add a greeting"}}}
+    path = scripted_scenario(
+        scenario({None: [turn(*task_branch("task-T1"), ask("open_proposal"), propose)]}, **MCP_AGENT)
+    )
+    result, host = run_with_provider(run_loop, harness_config(path, role={"termination": "ProposalOpened"}))
+
+    assert result.terminal is Terminal.IDLE, result.reason
+    assert result.tasks[0].rule_ids == ["git", "builtin:host-tool"]
+    assert [p["title"] for p in host.proposals] == ["Add a greeting"]
+
+    # Outside the allowlist the request is the policy's, and no rule governs kind `other`.
+    path = scripted_scenario(
+        scenario({None: [turn(ask("open_proposal"), propose)]}, **MCP_AGENT), name="b-scenario.yaml"
+    )
+    result, host = run_with_provider(run_loop, harness_config(path, name="b-loop.yaml", role={"tools": ["get_issue"]}))
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] == "unmatched" and result.reason["tool_kind"] == "other"
+    assert host.proposals == []
 
 
 def test_an_unmet_termination_waits_for_input(scripted_scenario, harness_config, run_loop):
@@ -186,7 +236,9 @@ def test_a_github_proposal_is_a_pull_request_from_the_branch(scripted_scenario, 
     github = FakeGitHub()
     monkeypatch.setenv("FAKE_GH_TOKEN", github.token)
     github.add_issue(5, "Add a greeting")
-    propose = turn({"mcp_call": {"tool": "open_proposal", "arguments": {"title": "Greeting", "body": "done"}}})
+    arguments = {"title": "Greeting", "body": "done", "branch": "task-5"}
+    propose = turn(*task_branch("task-5"), {"terminal": {"command": "git", "args": ["checkout", "-q", "main"]}},
+                   {"mcp_call": {"tool": "open_proposal", "arguments": arguments}})  # fmt: skip
     queue = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
              "token_env": "FAKE_GH_TOKEN", "on_complete": ["comment"]}  # fmt: skip
     config = harness_config(scripted_scenario(scenario({None: [propose]}, **MCP_AGENT)), tasks=[], queue=queue,
@@ -198,5 +250,5 @@ def test_a_github_proposal_is_a_pull_request_from_the_branch(scripted_scenario, 
 
     assert result.terminal is Terminal.IDLE
     assert [c[2] for c in github.made("POST", f"/repos/{github.repo}/pulls")] == [
-        {"title": "Greeting", "body": "done", "head": "main", "base": "main"}
+        {"title": "Greeting", "body": "done", "head": "task-5", "base": "main"}
     ]
