@@ -111,7 +111,7 @@ class InferenceAgent:
         if not session.messages:
             session.messages.append({"role": "system", "content": system_prompt(session.tools)})
         session.messages.append({"role": "user", "content": text})
-        timings = {"ttftSeconds": 0.0, "decodeSeconds": 0.0, "decodeTokens": 0, "steps": 0}
+        timings = {"ttftSeconds": 0.0, "decodeSeconds": 0.0, "decodeTokens": 0, "steps": 0, "invalidSteps": 0}
         stop_reason = await self._turn(session_id, session, timings)
         return PromptResponse(
             stop_reason=stop_reason,
@@ -144,7 +144,8 @@ class InferenceAgent:
                 return "cancelled"
             if step.kind == "length":
                 return "max_tokens"
-            if step.kind == "invalid":  # tell the model, and let it try again
+            if step.kind == "invalid":  # tell the model, and let it try again (counted: the grammar should forbid it)
+                timings["invalidSteps"] += 1
                 session.messages.append(
                     {"role": "assistant", "content": f"functions.{step.tool}:\n{step.raw_arguments}"}
                 )

@@ -48,11 +48,17 @@ def test_three_tasks_on_one_agent_process(inference_config, run_loop):
 
     result = run_loop(inference_config(THREE_TASKS), observer=sample)
 
-    # every run and task ends in a typed terminal within max_iterations
-    assert isinstance(result.terminal, Terminal)
-    assert len(result.tasks) >= 1
-    assert all(isinstance(t.terminal, Terminal) and 1 <= t.iterations <= 4 for t in result.tasks)
+    # the run ends where the loop's rules say, never in a fault: every task but the last Completed, the
+    # last one in the run's own terminal, each within max_iterations (4)
+    outcome = [(t.id, t.terminal.value, t.reason) for t in result.tasks]
+    assert result.terminal not in (Terminal.FAILED, Terminal.CANCELLED), (result.reason, outcome)
+    assert all(t.terminal is Terminal.COMPLETED for t in result.tasks[:-1]), outcome
+    if result.terminal is not Terminal.IDLE:
+        assert result.tasks[-1].terminal is result.terminal, outcome
+    assert all(1 <= t.iterations <= 4 for t in result.tasks), outcome
     assert not records_of(result, "framing_error")
+    # the invariants below are about a queue: with seed 42 the pinned model completes all three tasks
+    assert len(result.tasks) == 3, outcome
 
     # the model is loaded once, in one process, and reports positive usage every turn
     usage = records_of(result, "usage")
@@ -60,12 +66,13 @@ def test_three_tasks_on_one_agent_process(inference_config, run_loop):
     assert {u["meta"]["loopHarness"]["pid"] for u in usage} == {rss[0].pid}
     assert {u["meta"]["loopHarness"]["modelLoads"] for u in usage} == {1}
     assert all(u["usage"]["inputTokens"] > 0 and u["usage"]["outputTokens"] > 0 for u in usage)
+    # grammar-constrained decoding: no step's tool arguments failed to parse (the agent would retry quietly)
+    assert sum(u["meta"]["loopHarness"]["invalidSteps"] for u in usage) == 0
     assert all(t.tokens and t.tokens["totalTokens"] > 0 for t in result.tasks)
 
     # the agent's memory is bounded across tasks
-    if len(result.tasks) >= 3:
-        growth = rss[-1] - rss[1]
-        assert growth <= RSS_GROWTH_BOUND, f"agent RSS grew {growth >> 20} MiB over {len(result.tasks)} tasks"
+    growth = rss[-1] - rss[1]
+    assert growth <= RSS_GROWTH_BOUND, f"agent RSS grew {growth >> 20} MiB over {len(result.tasks)} tasks"
 
 
 def test_tool_calls_validate_and_every_permission_is_decided_by_a_rule(inference_config, run_loop):
@@ -95,9 +102,12 @@ def test_the_model_is_offered_the_host_tools_of_its_role(inference_config, run_l
     assert served["served"] is True
     listed = records_of(result, "host_tools_listed")
     assert listed and listed[0]["tools"] == ["get_issue", "open_proposal"]
-    # whatever the model then does, the run ends typed; without open_proposal the termination is unmet
-    if result.terminal is Terminal.BLOCKED_AWAITING_INPUT:
+    # The workspace stays on main, so no proposal can be opened: whatever the model does, the run cannot
+    # end Idle. It ends on the unmet termination (or an earlier loop rule), never in a fault.
+    assert result.terminal not in (Terminal.IDLE, Terminal.FAILED, Terminal.CANCELLED), result.reason
+    if result.terminal is Terminal.BLOCKED_AWAITING_INPUT and result.reason["kind"] == "termination":
         assert result.reason["termination"] == "ProposalOpened"
+    assert all(r["outcome"] != "ok" for r in records_of(result, "host_tool") if r["tool"] == "open_proposal")
 
 
 def test_a_deny_rule_holds_against_the_real_model(inference_config, run_loop, inference_workspace):
