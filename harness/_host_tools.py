@@ -36,7 +36,7 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
             "properties": {
                 "title": {"type": "string", "maxLength": 120},
                 "body": {"type": "string", "maxLength": 400},
-                "branch": {"type": "string", "maxLength": 100, "description": "your pushed branch (default: current)"},
+                "branch": {"type": "string", "maxLength": 100},  # default: the current branch
             },
             "required": ["title"],
         },

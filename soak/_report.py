@@ -47,7 +47,26 @@ def summary(result: SoakResult) -> dict[str, Any]:
         "terminals": result.terminals,
         "bounds": asdict(result.bounds),
         "figures": result.figures,
+        "targets": targets(result),
     }
+
+
+#: The soak's performance targets (issue 4): reported as met or missed, never a failure by themselves.
+TARGETS = {"seconds_per_500_tasks": 60.0, "kernel_rss_slope_per_task": 1024.0, "kernel_rss_peak": 150 * MIB}
+
+
+def targets(result: SoakResult) -> dict[str, dict[str, Any]]:
+    """Each target with the measured figure; the scripted agent's only (the model sets its own pace)."""
+    rss = result.figures.get("kernel_rss") or {}
+    if result.agent != "scripted" or not rss.get("checked") or not result.samples:
+        return {}
+    measured = {
+        "seconds_per_500_tasks": round(result.seconds / len(result.samples) * 500, 1),
+        "kernel_rss_slope_per_task": rss["slope"],
+        "kernel_rss_peak": rss["peak"],
+    }
+    return {name: {"measured": value, "target": TARGETS[name], "met": value <= TARGETS[name]}
+            for name, value in measured.items()}  # fmt: skip
 
 
 def _write_json(result: SoakResult, path: Path) -> Path:
@@ -86,6 +105,15 @@ def _write_markdown(result: SoakResult, path: Path) -> Path:
             f"| {metric} | {_fmt(figures['baseline'])} | {_fmt(figures['final'])} | {_fmt(figures['peak'])} | "
             f"{figures['slope']:.0f} B | {figures['window_slopes']} | {figures['limit']:.0f} B |"
         )
+    met = targets(result)
+    if met:
+        lines += ["", "## Against the targets", "", "| figure | measured | target | |", "|---|---|---|---|"]
+        units = {"seconds_per_500_tasks": (1, "s"), "kernel_rss_slope_per_task": (1024, "KiB/task"),
+                 "kernel_rss_peak": (MIB, "MiB")}  # fmt: skip
+        for name, t in met.items():
+            scale, unit = units[name]
+            lines.append(f"| {name} | {t['measured'] / scale:.2f} {unit} | ≤ {t['target'] / scale:.0f} {unit} | "
+                         f"{'met' if t['met'] else 'MISSED'} |")  # fmt: skip
     b = result.bounds
     lines += [
         "",
@@ -118,8 +146,17 @@ def _write_plots(result: SoakResult, directory: Path) -> list[Path]:
         figure, axes = pyplot.subplots(figsize=(8, 3.5))
         axes.plot(tasks[: len(values)], [None if v is None else v / scale for v in values], linewidth=1)
         axes.axvspan(0, result.bounds.warmup, color="0.9", label="warm-up (excluded)")
+        slope_limit = _slope_line(result, metric)
+        if slope_limit is not None:  # the bound that decides: growth at the limit from the baseline on
+            (x0, y0), (x1, y1) = slope_limit
+            axes.plot([x0, x1], [y0 / scale, y1 / scale], color="tab:purple", linestyle=":", linewidth=1.2,
+                      label="slope limit from the baseline")  # fmt: skip
+        low, high = axes.get_ylim()  # the run's own range: a far-off ceiling would flatten it to a line
         for (label, value), color in zip(_bound_lines(result, metric), ("tab:red", "tab:orange"), strict=False):
-            axes.axhline(value / scale, color=color, linestyle="--", linewidth=1, label=label)
+            if low <= value / scale <= high + (high - low):
+                axes.axhline(value / scale, color=color, linestyle="--", linewidth=1, label=label)
+            else:
+                axes.plot([], [], color=color, linestyle="--", label=f"{label}: {value / scale:.1f} {unit} (off scale)")
         axes.set_title(f"{title} over {len(samples)} tasks ({result.mode}, {result.agent})")
         axes.set_xlabel("tasks completed")
         axes.set_ylabel(unit)
@@ -156,6 +193,20 @@ def _bound_lines(result: SoakResult, metric: str) -> list[tuple[str, float]]:
     if metric == "transcript_per_task" and result.figures.get("transcript_bytes", {}).get("checked"):
         return [("allowed bytes/task", result.figures["transcript_bytes"]["allowed"])]
     return []
+
+
+def _slope_line(result: SoakResult, metric: str) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """From the first sample after the warm-up, growth at the metric's slope limit to the last task."""
+    limits = {"kernel_rss": "kernel_rss_slope", "kernel_uss": "kernel_uss_slope",
+              "tracemalloc_current": "tracemalloc_slope", "agent_rss": "agent_rss_slope"}  # fmt: skip
+    b = result.bounds
+    after = [s for s in result.samples if s.task > b.warmup and getattr(s, metric, None) is not None]
+    if metric not in limits or len(after) < 2:
+        return None
+    per_task = getattr(b, limits[metric])
+    first, last = after[0], after[-1]
+    start = getattr(first, metric)
+    return (first.task, start), (last.task, start + per_task * (last.task - first.task))
 
 
 def _fmt(value: float) -> str:

@@ -52,6 +52,7 @@ RULES = [
     {"id": "write-out", "kind": "write", "paths": ["out/**"], "decision": "allow"},
     {"id": "git-status", "kind": "execute", "commands": ["git status*"], "decision": "allow"},
 ]
+INFERENCE_RULES = [*RULES, {"id": "write-any", "kind": "write", "paths": ["**"], "decision": "allow"}]
 #: Tasks the pinned model completes (see harness/_bench_inference.py), cycled for the inference soak.
 INFERENCE_TASKS = [
     ("Write a greeting", "Create the file out/hello.txt containing the word hello."),
@@ -163,7 +164,12 @@ class SoakRunner:
     # --- driving the kernel --------------------------------------------------------------------
 
     async def _soak(self, root: Path) -> None:
-        workspace = make_workspace(root / "ws", ignore=["out/"])
+        # The inference soak measures the agent's memory, not the small model's aim: every untracked file is
+        # ignored and writes go anywhere, so a wrong file name does not end the run before its 30 tasks.
+        everything_but_ours = ["/*", "!/README.md", "!/.gitignore"]
+        workspace = make_workspace(
+            root / "ws", ignore=["out/"] if self.agent_kind == "scripted" else everything_but_ours
+        )
         grow = "transcript" in self.injector.kinds
         self._started = time.monotonic()
         if self.mode == "shared":
@@ -196,7 +202,7 @@ class SoakRunner:
         data = {
             "workspace": str(workspace),
             "agent": agent,
-            "policy": {"rules": RULES},
+            "policy": {"rules": RULES if self.agent_kind == "scripted" else INFERENCE_RULES},
             "limits": {"max_iterations": 4, "turn_timeout_s": 300, "cancel_grace_s": 30},
             "transcripts": str(root / "transcripts"),
         }

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
+from matplotlib import image
 
 from harness.pytest_plugin import LOOP_SOAK
 from soak import (
@@ -30,6 +35,24 @@ def test_500_scripted_tasks_stay_bounded(tmp_path):
     assert result.figures["transcript_bytes"]["checked"]
     written = {p.name for p in write_report(result, tmp_path / "report")}
     assert {"report.json", "summary.md", "kernel_rss.png", "kernel_fds.png", "transcript_per_task.png"} <= written
+    report = json.loads((tmp_path / "report/report.json").read_text())
+    assert len(report["samples"]) == 500
+    assert report["targets"]["kernel_rss_peak"] == {"measured": rss["peak"], "target": 150 << 20, "met": True}
+    assert "## Against the targets" in (tmp_path / "report/summary.md").read_text()
+
+
+def test_the_soak_command_writes_its_report_and_exits_by_the_bounds(tmp_path):
+    command = [sys.executable, "-m", "harness", "soak", "--tasks", "40", "--warmup", "10", "--report"]
+    done = subprocess.run([*command, str(tmp_path / "ok")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "soak passed: 40/40 tasks" in done.stdout
+    assert image.imread(tmp_path / "ok/kernel_rss.png").shape[:2] == (315, 720)  # a real plot, 8x3.5 in at 90 dpi
+
+    leaking = subprocess.run([*command, str(tmp_path / "leak"), "--inject", "fd"], capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    assert leaking.returncode == 1, leaking.stdout + leaking.stderr
+    assert "broken bound: kernel fds" in leaking.stderr
+    assert json.loads((tmp_path / "leak/report.json").read_text())["passed"] is False
 
 
 def test_one_agent_process_per_task_stays_bounded():
