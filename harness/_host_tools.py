@@ -12,7 +12,10 @@ keeps them all. This module is transport-free: `_mcp_host.py` serves it over MCP
 
 from __future__ import annotations
 
+import functools
+import json
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from typing import Any
 import pygit2
 
 from ._config import HOST_TOOLS
+from ._terminals import Stop
 from .queues import QueueProvider, Task
 
 __all__ = ["DEFAULT_TOOLS", "TOOL_SPECS", "HostToolError", "HostTools", "TaskBinding"]
@@ -65,6 +69,9 @@ DEFAULT_TOOLS = tuple(TOOL_SPECS)
 assert DEFAULT_TOOLS == HOST_TOOLS  # the config validates role allowlists against the same names
 
 
+HostCall = Callable[..., Awaitable[Any]]  # HostCalls.call: (op, fn) -> result, or a Stop
+
+
 class HostToolError(Exception):
     """A tool call that cannot be carried out (the agent sees it as a failed tool call)."""
 
@@ -77,12 +84,22 @@ class TaskBinding:
     allowed: frozenset[str]
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     used: list[str] = field(default_factory=list)  # tools called successfully, in order
+    host_stop: Stop | None = None  # the last host signal a tool call ran into (rate limit, outage, ...)
 
 
 class HostTools:
-    def __init__(self, provider: QueueProvider, *, workspace: Path, git_dir: Path | None, base_branch: str) -> None:
+    def __init__(
+        self,
+        provider: QueueProvider,
+        *,
+        workspace: Path,
+        git_dir: Path | None,
+        base_branch: str,
+        host_calls: HostCall | None = None,
+    ) -> None:
         self.provider = provider
         self.base_branch = base_branch  # what proposals are opened against
+        self.host_calls = host_calls  # the run's retry rules (HostCalls.call); None: call once
         self.workspace = workspace
         self.git_dir = git_dir
 
@@ -101,27 +118,40 @@ class HostTools:
             if task.kind != "issue":
                 raise HostToolError("open_proposal works on an issue, and this task is a proposal to review")
             head = self._head_branch(arguments.get("branch"))
-            result = await _host(self.provider, "open_proposal")(
-                task, title=str(arguments.get("title") or task.title), body=str(arguments.get("body") or ""), head=head
-            )
+            title, body = str(arguments.get("title") or task.title), str(arguments.get("body") or "")
+            result = await self._host(binding, "open_proposal", task, title=title, body=body, head=head)
         elif name == "submit_review":
             if task.kind != "proposal":
                 raise HostToolError("submit_review needs a proposal to review, and this task is an issue")
             verdict = arguments.get("verdict")
             if verdict not in ("approve", "request_changes", "comment"):
                 raise HostToolError(f"verdict must be approve, request_changes or comment (got {verdict!r})")
-            result = await _host(self.provider, "submit_review")(
-                task, verdict=verdict, body=str(arguments.get("body", ""))
+            result = await self._host(
+                binding, "submit_review", task, verdict=verdict, body=str(arguments.get("body", ""))
             )
         elif name == "get_commits_status":
             ref = str(arguments.get("ref") or task.branch or self._head_sha())
-            result = {"ref": ref, **await _host(self.provider, "commits_status")(ref)}
+            result = {"ref": ref, **await self._host(binding, "commits_status", ref)}
         elif name == "plan_verification":
             result = self._plan(task)
         else:
             raise HostToolError(f"unknown tool {name!r}")
         binding.used.append(name)
         return result
+
+    async def _host(self, binding: TaskBinding, operation: str, *args: Any, **kwargs: Any) -> Any:
+        """One host operation under the run's retry rules; a host that stays unusable is a tool error
+        for the agent, and its Stop is kept for the task's end (a termination it blocked)."""
+        method = getattr(self.provider, operation, None)
+        if method is None:
+            raise HostToolError(f"the {self.provider.name} host does not support {operation}")
+        if self.host_calls is None:
+            return await method(*args, **kwargs)
+        outcome = await self.host_calls(operation, functools.partial(method, *args, **kwargs))
+        if isinstance(outcome, Stop):
+            binding.host_stop = outcome
+            raise HostToolError(f"the host could not do {operation}: {json.dumps(outcome.reason, default=str)}")
+        return outcome
 
     def _repo(self) -> pygit2.Repository:
         if self.git_dir is None:
@@ -169,13 +199,6 @@ class HostTools:
             "check get_commits_status for the change's head",
         ]
         return {"proposal": task.id, "changed_files": changed, "steps": steps}
-
-
-def _host(provider: QueueProvider, operation: str) -> Any:
-    method = getattr(provider, operation, None)
-    if method is None:
-        raise HostToolError(f"the {provider.name} host does not support {operation}")
-    return method
 
 
 def _resolve(repo: pygit2.Repository, name: str) -> pygit2.Oid | None:

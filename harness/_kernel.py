@@ -227,7 +227,7 @@ class Kernel:
             self._active.agent_started(self._marker, self._link.process.pid)
         if stop is not None:
             return stop
-        await self._start_host_tools()
+        await self._start_host_tools(host)
         if prompt is not None:
             self._transcript.record("task_start", task={"id": None, "title": "single prompt"})
             return (await self._session(prompt, task=None))[0]
@@ -269,7 +269,7 @@ class Kernel:
             self._repo = pygit2.Repository(str(self._git_dir))
         return read_git_state(self.config.workspace, self._git_dir, self._repo)
 
-    async def _start_host_tools(self) -> None:
+    async def _start_host_tools(self, host: HostCalls) -> None:
         """Serve the host's tools over MCP when the agent can use an HTTP MCP server."""
         assert self._transcript is not None and self._link is not None
         if not self._link.supports_http_mcp:
@@ -279,7 +279,7 @@ class Kernel:
         from ._mcp_host import HostToolServer
 
         tools = HostTools(self.provider, workspace=self.config.workspace, git_dir=self._git_dir,
-                          base_branch=self.config.queue.base_branch)  # fmt: skip
+                          base_branch=self.config.queue.base_branch, host_calls=host.call)  # fmt: skip
         self._host_tools = HostToolServer(tools, self._transcript)
         await self._host_tools.start()
         self._transcript.record("host_tools", served=True, port=self._host_tools.port,
@@ -357,7 +357,7 @@ class Kernel:
                     _task_prompt(self.config.role.prompt, task), task=task, mcp_servers=[entry]
                 )
             used = binding.used
-        stop = self._check_termination(stop, used)
+        stop = self._check_termination(stop, used, host_stop=binding.host_stop if self._host_tools else None)
         result = TaskResult(
             id=task.id,
             title=task.title,
@@ -371,14 +371,17 @@ class Kernel:
         self._transcript.record("task_end", **result.to_json())
         return result
 
-    def _check_termination(self, stop: Stop, used: list[str]) -> Stop:
-        """After Completed, the role's termination must be met, or the run waits for a person."""
+    def _check_termination(self, stop: Stop, used: list[str], *, host_stop: Stop | None = None) -> Stop:
+        """After Completed, the role's termination must be met, or the run waits for a person; when a
+        host tool could not reach the host (rate limit, outage), that is why, and its terminal ends it."""
         termination = self.config.role.termination
         if stop.terminal is not Terminal.COMPLETED or termination is None:
             return stop
         needed = {"ProposalOpened": "open_proposal", "ReviewSubmitted": "submit_review"}[termination]
         if needed in used:
             return stop
+        if host_stop is not None:
+            return host_stop
         reason = {
             "kind": "termination",
             "stop_reason": "termination",

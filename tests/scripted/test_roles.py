@@ -252,3 +252,44 @@ def test_a_github_proposal_is_a_pull_request_from_the_branch(scripted_scenario, 
     assert [c[2] for c in github.made("POST", f"/repos/{github.repo}/pulls")] == [
         {"title": "Greeting", "body": "done", "head": "task-5", "base": "main"}
     ]
+
+
+def github_proposal_run(scripted_scenario, harness_config, run_loop, monkeypatch, *responses):
+    """A ProposalOpened task on the loopback GitHub whose pull-request endpoint first answers `responses`."""
+    github = FakeGitHub()
+    monkeypatch.setenv("FAKE_GH_TOKEN", github.token)
+    github.add_issue(5, "Add a greeting")
+    github.script("POST", f"/repos/{github.repo}/pulls", *responses)
+    arguments = {"title": "Greeting", "branch": "task-5"}
+    propose = turn(*task_branch("task-5"), {"terminal": {"command": "git", "args": ["checkout", "-q", "main"]}},
+                   {"mcp_call": {"tool": "open_proposal", "arguments": arguments}})  # fmt: skip
+    queue = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
+             "token_env": "FAKE_GH_TOKEN", "on_complete": ["comment"], "max_retries": 2,
+             "backoff_base_s": 0.01}  # fmt: skip
+    config = harness_config(scripted_scenario(scenario({None: [propose]}, **MCP_AGENT)), tasks=[], queue=queue,
+                            role={"termination": "ProposalOpened"})  # fmt: skip
+    try:
+        return run_loop(config), github
+    finally:
+        github.close()
+
+
+def test_a_host_tool_call_is_retried_through_a_flaky_host(scripted_scenario, harness_config, run_loop, monkeypatch):
+    result, github = github_proposal_run(scripted_scenario, harness_config, run_loop, monkeypatch,
+                                         {"status": 502, "raw": b"Bad Gateway"})  # fmt: skip
+    assert result.terminal is Terminal.IDLE, result.reason
+    assert len(github.made("POST", f"/repos/{github.repo}/pulls")) == 2  # the 502, then the pull request
+    assert host_calls(result) == [("open_proposal", "ok")]
+
+
+def test_a_host_that_stays_down_ends_the_run_in_its_own_terminal(
+    scripted_scenario, harness_config, run_loop, monkeypatch
+):
+    down = {"status": 503, "raw": b"Service Unavailable"}
+    result, github = github_proposal_run(scripted_scenario, harness_config, run_loop, monkeypatch, down, down, down)
+
+    # not BlockedAwaitingInput: nobody's input helps while the host is down
+    assert result.terminal is Terminal.BLOCKED_HOST_UNAVAILABLE, result.reason
+    assert "503" in json.dumps(result.reason)
+    assert len(github.made("POST", f"/repos/{github.repo}/pulls")) == 3  # the call and max_retries retries
+    assert host_calls(result) == [("open_proposal", "error")]
