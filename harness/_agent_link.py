@@ -50,6 +50,7 @@ class AgentLink:
         self._conn: ClientSideConnection | None = None
         self._init: InitializeResponse | None = None
         self._open_session: str | None = None  # the one session not yet closed, if any
+        self._killed = False  # its process group was killed (a cancel past its grace)
         self.last_usage: dict[str, Any] | None = None  # the agent's cumulative token usage for the session
 
     async def start(self) -> Stop | None:
@@ -106,7 +107,7 @@ class AgentLink:
         process = self.process
         if self._open_session != session_id or process is None:
             return
-        if process.disconnected.is_set() or process.exited.is_set():
+        if process.disconnected.is_set() or process.exited.is_set() or self._killed:
             return  # nothing to close, and the run is ending anyway
         await self._close_open_session()
 
@@ -155,7 +156,7 @@ class AgentLink:
         if (
             self._conn is not None
             and process is not None
-            and not (process.disconnected.is_set() or process.exited.is_set())
+            and not (process.disconnected.is_set() or process.exited.is_set() or self._killed)
         ):
             await self._close_open_session()
         if self._conn is not None:
@@ -216,6 +217,7 @@ class AgentLink:
             except Exception as exc:  # an error after a cancel counts as cancelled
                 return f"error: {type(exc).__name__}", False
         self.process.kill_group()
+        self._killed = True
         await _discard(prompt)
         return None, True
 

@@ -112,6 +112,7 @@ def test_an_agent_ignoring_cancel_is_killed_after_the_grace(scripted_scenario, h
         r["msg"].get("method") for r in read_transcript(result.transcript) if r["type"] == "rpc" and r["dir"] == "out"
     ]
     assert "session/cancel" in sent
+    assert "session/close" not in sent  # a killed agent is not asked for anything more
     assert_agent_gone(result)
 
 
