@@ -73,7 +73,7 @@ SMALL_FILE_BYTES = 256 << 10  # read or written on the event loop; bigger files 
 class TurnState:
     """What happened during one prompt turn."""
 
-    tool_calls: int = 0  # tool_call updates (think excluded)
+    tool_calls: int = 0  # tool_call updates, of any kind
     client_calls: int = 0  # fs/* and terminal/create requests
     refusals: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, Any] | None = None

@@ -37,18 +37,25 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def _number_as_text(value: Any) -> Any:
-    """YAML reads `id: 7` and `DEBUG: 1` as numbers; they mean the text. A boolean does not say which
-    text (`true`, `yes`, `on` all read as True), so it is refused with the way out."""
-    if isinstance(value, bool):
-        raise ValueError("a YAML boolean is not text here: quote it (for example 'true' or '1')")
-    if isinstance(value, int | float):
+def _integer_as_text(value: Any) -> Any:
+    """YAML reads `id: 7` as a number; an id means its text. Only a plain integer is taken: YAML also
+    reads `3.10` as 3.1, `022` as 18 and `12:30` as 750, and `true`/`yes`/`on` alike as True."""
+    if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
+    return _quote_it(value)
+
+
+def _quote_it(value: Any) -> Any:
+    """Text only: a YAML number or boolean here would be rewritten (`3.10` -> 3.1, `022` -> 18)."""
+    if isinstance(value, bool | int | float):
+        raise ValueError(f"YAML read this as {type(value).__name__} {value!r}: quote it to keep the text")
     return value
 
 
-#: Text that YAML may have read as a number (ids, environment values).
-Text = Annotated[str, BeforeValidator(_number_as_text)]
+#: An id: text, or a YAML integer taken as its decimal text.
+Id = Annotated[str, BeforeValidator(_integer_as_text)]
+#: Text that must be written as text (environment values): numbers are refused with the way out.
+Text = Annotated[str, BeforeValidator(_quote_it)]
 
 
 def _check_globs(patterns: list[str]) -> list[str]:
@@ -132,7 +139,7 @@ class PolicyConfig(_Strict):
 
 
 class TaskConfig(_Strict):
-    id: Text = Field(min_length=1)
+    id: Id = Field(min_length=1)
     title: str = ""
     body: str = ""
     created: float | None = None  # sort key for order=created; defaults to list position
@@ -145,7 +152,7 @@ class FaultConfig(_Strict):
     op: Literal["list_tasks", "mark_done"]
     signal: Literal["rate_limited", "unavailable", "unauthorized", "rejected"]
     times: int = Field(default=1, ge=1)
-    task: Text | None = None  # mark_done only: which task's marking fails
+    task: Id | None = None  # mark_done only: which task's marking fails
     reset_in_s: float = 0.0  # rate_limited: when the host says to retry
     cause: str = "scripted outage"
 
@@ -153,7 +160,7 @@ class FaultConfig(_Strict):
 class ProposalConfig(_Strict):
     """A change awaiting review in the memory host's proposal queue."""
 
-    id: Text = Field(min_length=1)
+    id: Id = Field(min_length=1)
     title: str = ""
     body: str = ""
     branch: str = ""  # the proposal's head branch

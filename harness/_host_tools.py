@@ -84,7 +84,7 @@ class TaskBinding:
     allowed: frozenset[str]
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     used: list[str] = field(default_factory=list)  # tools called successfully, in order
-    host_stop: Stop | None = None  # the last host signal a tool call ran into (rate limit, outage, ...)
+    host_stops: dict[str, Stop] = field(default_factory=dict)  # operation -> the host signal it ran into
 
 
 class HostTools:
@@ -149,7 +149,8 @@ class HostTools:
             return await method(*args, **kwargs)
         outcome = await self.host_calls(operation, functools.partial(method, *args, **kwargs))
         if isinstance(outcome, Stop):
-            binding.host_stop = outcome
+            if outcome.reason.get("kind") != "host_rejected":  # a refusal (403/404/422) is an answer, not a host down
+                binding.host_stops[operation] = outcome
             raise HostToolError(f"the host could not do {operation}: {json.dumps(outcome.reason, default=str)}")
         return outcome
 

@@ -357,7 +357,7 @@ class Kernel:
                     _task_prompt(self.config.role.prompt, task), task=task, mcp_servers=[entry]
                 )
             used = binding.used
-        stop = self._check_termination(stop, used, host_stop=binding.host_stop if self._host_tools else None)
+        stop = self._check_termination(stop, used, host_stops=binding.host_stops if self._host_tools else {})
         result = TaskResult(
             id=task.id,
             title=task.title,
@@ -371,17 +371,17 @@ class Kernel:
         self._transcript.record("task_end", **result.to_json())
         return result
 
-    def _check_termination(self, stop: Stop, used: list[str], *, host_stop: Stop | None = None) -> Stop:
-        """After Completed, the role's termination must be met, or the run waits for a person; when a
-        host tool could not reach the host (rate limit, outage), that is why, and its terminal ends it."""
+    def _check_termination(self, stop: Stop, used: list[str], *, host_stops: dict[str, Stop]) -> Stop:
+        """After Completed, the role's termination must be met, or the run waits for a person; when the
+        tool it needs could not reach the host (rate limit, outage), that is why, and its terminal ends it."""
         termination = self.config.role.termination
         if stop.terminal is not Terminal.COMPLETED or termination is None:
             return stop
         needed = {"ProposalOpened": "open_proposal", "ReviewSubmitted": "submit_review"}[termination]
         if needed in used:
             return stop
-        if host_stop is not None:
-            return host_stop
+        if needed in host_stops:
+            return host_stops[needed]
         reason = {
             "kind": "termination",
             "stop_reason": "termination",

@@ -51,6 +51,8 @@ TOOL_KIND_TO_RULE_KIND = {
     "fetch": "network",
 }
 
+#: A rawInput key that names a place we do not read (`dir_path`, `directory`, `cwd`, ...): not "no path".
+_LOCATION_WORDS = re.compile(r"path|dir|folder|root|cwd|location|file", re.IGNORECASE)
 _PATH_KEYS = ("file_path", "path", "notebook_path", "source", "destination", "target", "old_path", "new_path")
 
 
@@ -144,8 +146,8 @@ class Policy:
         raw = raw if isinstance(raw, Mapping) else {}
         if rule_kind in ("read", "write"):
             paths = tool_call_paths(tool_call)
-            if not paths and kind == "search":  # Grep/Glob with no path search the session cwd: the worktree
-                paths = ["."]
+            if not paths and kind == "search" and not any(_LOCATION_WORDS.search(str(k)) for k in raw):
+                paths = ["."]  # Grep/Glob with no path search the session cwd: the worktree
             if not paths:
                 return _refuse("no_target", why="the request names no path", tool_kind=kind)
             return self._judge_paths(rule_kind, paths)
@@ -203,7 +205,7 @@ class Policy:
         real = os.path.realpath(os.path.join(self._root, path))  # an absolute `path` replaces the root
         if real == self._root:
             return "."
-        return real[len(self._root) + 1 :] if _inside(real, self._root) else None
+        return real[len(self._root.rstrip("/")) + 1 :] if _inside(real, self._root) else None
 
     def is_protected(self, relative: str) -> bool:
         """A protected path, inside one, or a directory that holds one (deleting `.` takes `.git`)."""

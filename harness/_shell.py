@@ -116,7 +116,8 @@ def _expansion(script: str) -> str | None:
 
     Words are judged as written, so anything the shell rewrites first is refused: parameter
     expansion (`$X`, `${x}`, `$'..'`) outside single quotes; and, unquoted, a leading `~`,
-    globs (`*`, `?`, `[`), braces and backslash escapes (including line continuations).
+    globs (`*`, `?`, `[`), braces, backslash escapes (including line continuations) and a word-leading
+    `#`, which makes the shell ignore what follows it on the line.
     """
     quote = ""
     at_word_start = True
@@ -141,6 +142,8 @@ def _expansion(script: str) -> str | None:
             return f"a glob or brace ({ch})"
         elif ch == "~" and at_word_start:
             return "tilde expansion (~)"
+        elif ch == "#" and at_word_start:  # the shell drops the rest of the line; our words would not
+            return "a comment (#)"
         at_word_start = ch in " \t\n;&|()<>"
     return None
 

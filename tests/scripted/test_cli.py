@@ -194,17 +194,18 @@ def test_a_run_whose_kernel_was_killed_ends_failed_restarted(scripted_scenario, 
     assert not list((tmp_path / "transcripts" / ".active").glob("*.json"))
 
 
-def test_numbers_in_yaml_are_text_where_the_config_wants_text(scripted_scenario, harness_config):
-    """`id: 7` and `DEBUG: 1` are what people write; a boolean is refused, naming the key."""
+def test_a_yaml_integer_id_is_its_text_and_other_numbers_must_be_quoted(scripted_scenario, harness_config):
+    """`id: 7` is what people write; `3.10` (read as 3.1) or `022` (read as 18) would be rewritten."""
     path = scripted_scenario(scenario({"7": [write_turn("src/seven.txt", "7\n", commit="7")]}))
     config = harness_config(path, tasks=[{"id": 7, "title": "Task seven"}])
-    config.write_text(config.read_text().replace("agent:\n", "agent:\n  env:\n    DEBUG: 1\n", 1))
 
     done = cli("run", config, "--json")
     assert done.returncode == 0, done.stderr
     assert [(t["id"], t["terminal"]) for t in last_json(done.stdout)["tasks"]] == [("7", "Completed")]
 
-    config.write_text(config.read_text().replace("DEBUG: 1", "DEBUG: true"))
-    refused = cli("run", config, "--json")
-    assert refused.returncode == 2
-    assert "agent.env.DEBUG" in refused.stderr and "quote it" in refused.stderr
+    for value, read_as in (("3.10", "float 3.1"), ("022", "int 18"), ("true", "bool True")):
+        config.write_text(config.read_text().replace("agent:\n", f"agent:\n  env:\n    VALUE: {value}\n", 1))
+        refused = cli("run", config, "--json")
+        assert refused.returncode == 2
+        assert f"agent.env.VALUE: Value error, YAML read this as {read_as}: quote it" in refused.stderr
+        config.write_text(config.read_text().replace(f"  env:\n    VALUE: {value}\n", "", 1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 
@@ -51,12 +52,40 @@ def policy_fixture(tmp_path):
         "echo {a,b}",
         "cd .git && echo x > config",
         "cd /tmp && echo x > pwned",
+        "git status # '\ntouch pwned\n#'",  # the shell drops the comment; the quote was never one
+        "git status #; rm -rf src",
     ],
 )
 def test_what_the_shell_would_rewrite_is_refused(policy, script):
     verdict = policy.judge_execute(["/bin/bash", "-lc", script])
     assert not verdict.allowed, script
     assert verdict.reason["kind"] in ("unparseable", "outside_worktree", "protected_path", "denied"), verdict
+
+
+@pytest.mark.parametrize("script", ["git log --grep='#12'", "git checkout feature#12", 'echo "# heading"'])
+def test_a_quoted_or_mid_word_hash_is_no_comment(policy, script):
+    assert policy.judge_execute(["/bin/bash", "-lc", script]).allowed, script
+
+
+def test_a_comment_cannot_smuggle_a_command_into_a_terminal(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    sneaky = {"terminal": {"command": "git status # '\ntouch pwned\n#'"}}  # no args: a script for bash -c
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(sneaky)]}))))
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] == "unparseable" and "comment" in result.reason["refusal"]["why"]
+    assert not (harness_workspace.path / "pwned").exists()
+
+
+def test_the_worktree_at_the_filesystem_root_resolves_paths_whole(tmp_path):
+    assert Policy([RuleConfig.model_validate(EVERYTHING[0])], Path("/")).resolve("/etc/passwd") == "etc/passwd"
+
+
+@pytest.mark.parametrize("key", ["dir_path", "directory", "cwd", "search_root"])
+def test_a_search_naming_its_place_under_an_unknown_key_is_no_worktree_search(policy, key):
+    verdict = policy.judge_tool_call({"kind": "search", "rawInput": {"pattern": "root", key: "/etc"}})
+    assert (verdict.allowed, verdict.reason["kind"]) == (False, "no_target")
 
 
 @pytest.mark.parametrize(

@@ -293,3 +293,35 @@ def test_a_host_that_stays_down_ends_the_run_in_its_own_terminal(
     assert "503" in json.dumps(result.reason)
     assert len(github.made("POST", f"/repos/{github.repo}/pulls")) == 3  # the call and max_retries retries
     assert host_calls(result) == [("open_proposal", "error")]
+
+
+def test_a_host_that_refuses_the_proposal_leaves_the_run_awaiting_input(
+    scripted_scenario, harness_config, run_loop, monkeypatch
+):
+    refused = {"status": 422, "body": {"message": "Validation Failed"}}
+    result, _github = github_proposal_run(scripted_scenario, harness_config, run_loop, monkeypatch, refused)
+
+    # the host is up and answered: a person can act on that, so this is not an outage
+    assert (result.terminal, result.reason["kind"]) == (Terminal.BLOCKED_AWAITING_INPUT, "termination")
+    assert host_calls(result) == [("open_proposal", "error")]
+
+
+def test_an_outage_in_another_tool_does_not_take_the_blame(scripted_scenario, harness_config, run_loop, monkeypatch):
+    github = FakeGitHub()
+    monkeypatch.setenv("FAKE_GH_TOKEN", github.token)
+    github.add_issue(5, "Add a greeting")
+    down = {"status": 503, "raw": b"Service Unavailable"}
+    github.script("GET", f"/repos/{github.repo}/commits/", down, down, down)
+    check = turn({"read": {"path": "README.md"}}, {"mcp_call": {"tool": "get_commits_status"}})
+    queue = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
+             "token_env": "FAKE_GH_TOKEN", "on_complete": ["comment"], "max_retries": 2,
+             "backoff_base_s": 0.01}  # fmt: skip
+    config = harness_config(scripted_scenario(scenario({None: [check]}, **MCP_AGENT)), tasks=[], queue=queue,
+                            role={"termination": "ProposalOpened"})  # fmt: skip
+    try:
+        result = run_loop(config)
+    finally:
+        github.close()
+
+    assert host_calls(result) == [("get_commits_status", "error")]
+    assert (result.terminal, result.reason["kind"]) == (Terminal.BLOCKED_AWAITING_INPUT, "termination")
