@@ -50,7 +50,6 @@ class AgentLink:
         self._conn: ClientSideConnection | None = None
         self._init: InitializeResponse | None = None
         self._open_session: str | None = None  # the one session not yet closed, if any
-        self._killed = False  # its process group was killed (a cancel past its grace)
         self.last_usage: dict[str, Any] | None = None  # the agent's cumulative token usage for the session
 
     async def start(self) -> Stop | None:
@@ -104,12 +103,8 @@ class AgentLink:
     async def end_session(self, session_id: str) -> None:
         """A task's session is over: `session/close` it where the agent supports that (Claude's adapter
         keeps a child process per open session, so a queue would otherwise pile them up)."""
-        process = self.process
-        if self._open_session != session_id or process is None:
-            return
-        if process.disconnected.is_set() or process.exited.is_set() or self._killed:
-            return  # nothing to close, and the run is ending anyway
-        await self._close_open_session()
+        if self._open_session == session_id and self.process is not None and not self.process.gone:
+            await self._close_open_session()
 
     async def prompt(self, session_id: str, text: str, *, cancel: asyncio.Event) -> str | Stop:
         """One `session/prompt` round: the agent's stop reason, or a Stop for a fault, deadline or cancel."""
@@ -153,11 +148,7 @@ class AgentLink:
     async def close(self) -> None:
         """session/close where supported, close the connection, then stop the process group."""
         process = self.process
-        if (
-            self._conn is not None
-            and process is not None
-            and not (process.disconnected.is_set() or process.exited.is_set() or self._killed)
-        ):
+        if self._conn is not None and process is not None and not process.gone:
             await self._close_open_session()
         if self._conn is not None:
             with contextlib.suppress(Exception):
@@ -217,7 +208,6 @@ class AgentLink:
             except Exception as exc:  # an error after a cancel counts as cancelled
                 return f"error: {type(exc).__name__}", False
         self.process.kill_group()
-        self._killed = True
         await _discard(prompt)
         return None, True
 

@@ -61,8 +61,8 @@ InteractiveHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]] | dict
 # command runs (LD_PRELOAD, PATH, HOME -> a .gitconfig with core.fsmonitor, BASH_FUNC_git%%, ...).
 # CLAUDECODE=1 is the marker claude-code-acp sets on every command it runs.
 _SAFE_ENV = re.compile(r"^(LANG|LANGUAGE|LC_[A-Z_]+|TERM|NO_COLOR|FORCE_COLOR|CI|COLUMNS|LINES|TZ|CLAUDECODE)$")
-#: A command with no args that holds any of these is a shell script, not a program's name.
 _SHELL = shutil.which("bash") or "/bin/sh"
+#: A command with no args that holds any of these is a shell script, not a program's name.
 _SCRIPT_CHARS = frozenset(" \t\n;&|<>()'\"")
 _HOST_TOOL_TITLE = re.compile(rf"mcp__{re.escape(HOST_SERVER_NAME)}__([a-z_]+)")
 MAX_READ_BYTES = 8 << 20
@@ -76,7 +76,6 @@ class TurnState:
     tool_calls: int = 0  # tool_call updates, of any kind
     client_calls: int = 0  # fs/* and terminal/create requests
     refusals: list[dict[str, Any]] = field(default_factory=list)
-    usage: dict[str, Any] | None = None
 
     @property
     def acted(self) -> bool:
@@ -99,6 +98,7 @@ class KernelClient:
         self.turn = TurnState()
         self.rule_ids: list[str] = []  # rule ids used in the current task, first use first
         self.host_tools: frozenset[str] = frozenset()
+        self.context_usage: dict[str, Any] | None = None  # the task's last usage_update (context tokens)
         self.cancelling = False
         self.session_id: str | None = None  # requests for other sessions, or between turns, are refused
         self.in_turn = False
@@ -111,6 +111,7 @@ class KernelClient:
         """A task starts; `host_tools` are the kernel's own MCP tools its role lets the agent call."""
         self.rule_ids = []
         self.host_tools = host_tools
+        self.context_usage = None
 
     def begin_turn(self, session_id: str) -> TurnState:
         self.turn = TurnState()
@@ -137,7 +138,7 @@ class KernelClient:
         if isinstance(update, ToolCallStart):  # any kind, `think` included: the design counts tool calls
             self.turn.tool_calls += 1
         elif isinstance(update, UsageUpdate):
-            self.turn.usage = {"used": update.used, "size": update.size}
+            self.context_usage = {"used": update.used, "size": update.size}
 
     # --- session/request_permission ------------------------------------------------------------
 

@@ -95,11 +95,11 @@ class HostTools:
         workspace: Path,
         git_dir: Path | None,
         base_branch: str,
-        host_calls: HostCall | None = None,
+        host_calls: HostCall,
     ) -> None:
         self.provider = provider
         self.base_branch = base_branch  # what proposals are opened against
-        self.host_calls = host_calls  # the run's retry rules (HostCalls.call); None: call once
+        self.host_calls = host_calls  # the run's retry rules (HostCalls.call)
         self.workspace = workspace
         self.git_dir = git_dir
 
@@ -145,8 +145,6 @@ class HostTools:
         method = getattr(self.provider, operation, None)
         if method is None:
             raise HostToolError(f"the {self.provider.name} host does not support {operation}")
-        if self.host_calls is None:
-            return await method(*args, **kwargs)
         outcome = await self.host_calls(operation, functools.partial(method, *args, **kwargs))
         if isinstance(outcome, Stop):
             if outcome.reason.get("kind") != "host_rejected":  # a refusal (403/404/422) is an answer, not a host down

@@ -85,7 +85,6 @@ class Kernel:
         self.observer = observer
         self._status: dict[str, Any] = {"state": "new"}
         self._steering: list[str] = []
-        self._context_usage: dict[str, Any] | None = None  # the running session's last usage_update
         self._cancel_requested = False
         self._cancel_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -400,7 +399,6 @@ class Kernel:
         assert self._link is not None and self._client is not None and self._transcript is not None
         assert self._cancel_event is not None
         meta = {"loopHarness": {"taskId": task.id, "title": task.title}} if task else {}
-        self._context_usage = None
         session_id = await self._link.new_session(self.config.workspace, meta, mcp_servers or [])
         if isinstance(session_id, Stop):
             return session_id, 0
@@ -423,7 +421,6 @@ class Kernel:
                     outcome = await self._link.prompt(session_id, text, cancel=self._cancel_event)
                 finally:
                     self._client.end_turn()
-                    self._context_usage = turn.usage or self._context_usage
                 if isinstance(outcome, Stop):
                     return outcome, iterations
                 if turn.refusals:  # whatever stop reason followed the refusal
@@ -454,7 +451,8 @@ class Kernel:
         that: context tokens `used` of `size`)."""
         if self._link is not None and self._link.last_usage:
             return self._link.last_usage
-        return dict(self._context_usage) if self._context_usage else None
+        usage = self._client.context_usage if self._client else None
+        return dict(usage) if usage else None
 
     def _with_steering(self, text: str, kind: str) -> tuple[str, str]:
         if not self._steering:

@@ -63,6 +63,7 @@ class AgentProcess:
         self._stderr = bytearray()
         self._stderr_keep = stderr_keep
         self.exited = asyncio.Event()  # the process itself has exited (its pipes may live on)
+        self.killed = False  # its group was sent a signal: it may not have exited yet, but it is done for
         self._stderr_task = asyncio.create_task(self._drain_stderr(), name="agent-stderr")
         self._exit_task = asyncio.create_task(self._watch_exit(), name="agent-exit")
 
@@ -214,7 +215,13 @@ class AgentProcess:
                 await asyncio.wait_for(asyncio.shield(self._stderr_task), 0.5)
         return self.process.returncode
 
+    @property
+    def gone(self) -> bool:
+        """Nothing more can be asked of it: stdout ended, it exited, or it was killed."""
+        return self.disconnected.is_set() or self.exited.is_set() or self.killed
+
     def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        self.killed = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, sig)
 

@@ -126,33 +126,23 @@ def check_memory(
         "growth_ceiling": ceiling,
         "peak_ceiling": peak,
     }
+
+    def broken(message: str) -> MemoryGrowthError:
+        return MemoryGrowthError(metric, message, baseline=after[0], final=after[-1], extras=figures)
+
     for first, second in itertools.pairwise(slopes):
         if first > limit and second > limit:
-            raise MemoryGrowthError(
-                metric,
+            raise broken(
                 f"kept growing: slope {first / KIB:.1f} then {second / KIB:.1f} KiB/task in consecutive windows "
-                f"(limit {limit / KIB:.1f}); baseline {_mib(after[0])}, final {_mib(after[-1])}",
-                baseline=after[0],
-                final=after[-1],
-                extras=figures,
+                f"(limit {limit / KIB:.1f}); baseline {_mib(after[0])}, final {_mib(after[-1])}"
             )
     if max(after) - after[0] > ceiling:
-        raise MemoryGrowthError(
-            metric,
+        raise broken(
             f"grew {_mib(max(after) - after[0])} after the warm-up (ceiling {_mib(ceiling)}); "
-            f"baseline {_mib(after[0])}, final {_mib(after[-1])}, slope {figures['slope'] / KIB:.1f} KiB/task",
-            baseline=after[0],
-            final=after[-1],
-            extras=figures,
+            f"baseline {_mib(after[0])}, final {_mib(after[-1])}, slope {figures['slope'] / KIB:.1f} KiB/task"
         )
     if peak is not None and max(values) > peak:
-        raise MemoryGrowthError(
-            metric,
-            f"peaked at {_mib(max(values))} (ceiling {_mib(peak)}); baseline {_mib(after[0])}",
-            baseline=after[0],
-            final=after[-1],
-            extras=figures,
-        )
+        raise broken(f"peaked at {_mib(max(values))} (ceiling {_mib(peak)}); baseline {_mib(after[0])}")
     return figures
 
 

@@ -232,46 +232,47 @@ def test_a_github_review_role_reviews_requested_pull_requests(scripted_scenario,
     ]
 
 
-def test_a_github_proposal_is_a_pull_request_from_the_branch(scripted_scenario, harness_config, run_loop, monkeypatch):
+#: The task's work pushed to its own branch, back on main, then a proposal from that branch.
+PROPOSE_FROM_TASK_BRANCH = turn(
+    *task_branch("task-5"),
+    {"terminal": {"command": "git", "args": ["checkout", "-q", "main"]}},
+    {"mcp_call": {"tool": "open_proposal", "arguments": {"title": "Greeting", "body": "done", "branch": "task-5"}}},
+)
+
+
+def run_on_github(scripted_scenario, harness_config, run_loop, monkeypatch, agent_turn, *, script=None):
+    """A ProposalOpened task (issue 5) on the loopback GitHub; `script` is (method, path prefix, *responses)
+    for the host to answer first. Returns the result and the host, to read what it was asked."""
     github = FakeGitHub()
     monkeypatch.setenv("FAKE_GH_TOKEN", github.token)
     github.add_issue(5, "Add a greeting")
-    arguments = {"title": "Greeting", "body": "done", "branch": "task-5"}
-    propose = turn(*task_branch("task-5"), {"terminal": {"command": "git", "args": ["checkout", "-q", "main"]}},
-                   {"mcp_call": {"tool": "open_proposal", "arguments": arguments}})  # fmt: skip
-    queue = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
-             "token_env": "FAKE_GH_TOKEN", "on_complete": ["comment"]}  # fmt: skip
-    config = harness_config(scripted_scenario(scenario({None: [propose]}, **MCP_AGENT)), tasks=[], queue=queue,
-                            role={"termination": "ProposalOpened"})  # fmt: skip
-    try:
-        result = run_loop(config)
-    finally:
-        github.close()
-
-    assert result.terminal is Terminal.IDLE
-    assert [c[2] for c in github.made("POST", f"/repos/{github.repo}/pulls")] == [
-        {"title": "Greeting", "body": "done", "head": "task-5", "base": "main"}
-    ]
-
-
-def github_proposal_run(scripted_scenario, harness_config, run_loop, monkeypatch, *responses):
-    """A ProposalOpened task on the loopback GitHub whose pull-request endpoint first answers `responses`."""
-    github = FakeGitHub()
-    monkeypatch.setenv("FAKE_GH_TOKEN", github.token)
-    github.add_issue(5, "Add a greeting")
-    github.script("POST", f"/repos/{github.repo}/pulls", *responses)
-    arguments = {"title": "Greeting", "branch": "task-5"}
-    propose = turn(*task_branch("task-5"), {"terminal": {"command": "git", "args": ["checkout", "-q", "main"]}},
-                   {"mcp_call": {"tool": "open_proposal", "arguments": arguments}})  # fmt: skip
+    if script:
+        method, prefix, *responses = script
+        github.script(method, f"/repos/{github.repo}{prefix}", *responses)
     queue = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
              "token_env": "FAKE_GH_TOKEN", "on_complete": ["comment"], "max_retries": 2,
              "backoff_base_s": 0.01}  # fmt: skip
-    config = harness_config(scripted_scenario(scenario({None: [propose]}, **MCP_AGENT)), tasks=[], queue=queue,
+    config = harness_config(scripted_scenario(scenario({None: [agent_turn]}, **MCP_AGENT)), tasks=[], queue=queue,
                             role={"termination": "ProposalOpened"})  # fmt: skip
     try:
         return run_loop(config), github
     finally:
         github.close()
+
+
+def github_proposal_run(scripted_scenario, harness_config, run_loop, monkeypatch, *responses):
+    """PROPOSE_FROM_TASK_BRANCH on the loopback GitHub, whose pull-request endpoint first answers `responses`."""
+    return run_on_github(scripted_scenario, harness_config, run_loop, monkeypatch, PROPOSE_FROM_TASK_BRANCH,
+                         script=("POST", "/pulls", *responses))  # fmt: skip
+
+
+def test_a_github_proposal_is_a_pull_request_from_the_branch(scripted_scenario, harness_config, run_loop, monkeypatch):
+    result, github = github_proposal_run(scripted_scenario, harness_config, run_loop, monkeypatch)
+
+    assert result.terminal is Terminal.IDLE
+    assert [c[2] for c in github.made("POST", f"/repos/{github.repo}/pulls")] == [
+        {"title": "Greeting", "body": "done", "head": "task-5", "base": "main"}
+    ]
 
 
 def test_a_host_tool_call_is_retried_through_a_flaky_host(scripted_scenario, harness_config, run_loop, monkeypatch):
@@ -307,21 +308,10 @@ def test_a_host_that_refuses_the_proposal_leaves_the_run_awaiting_input(
 
 
 def test_an_outage_in_another_tool_does_not_take_the_blame(scripted_scenario, harness_config, run_loop, monkeypatch):
-    github = FakeGitHub()
-    monkeypatch.setenv("FAKE_GH_TOKEN", github.token)
-    github.add_issue(5, "Add a greeting")
     down = {"status": 503, "raw": b"Service Unavailable"}
-    github.script("GET", f"/repos/{github.repo}/commits/", down, down, down)
     check = turn({"read": {"path": "README.md"}}, {"mcp_call": {"tool": "get_commits_status"}})
-    queue = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
-             "token_env": "FAKE_GH_TOKEN", "on_complete": ["comment"], "max_retries": 2,
-             "backoff_base_s": 0.01}  # fmt: skip
-    config = harness_config(scripted_scenario(scenario({None: [check]}, **MCP_AGENT)), tasks=[], queue=queue,
-                            role={"termination": "ProposalOpened"})  # fmt: skip
-    try:
-        result = run_loop(config)
-    finally:
-        github.close()
+    result, _github = run_on_github(scripted_scenario, harness_config, run_loop, monkeypatch, check,
+                                    script=("GET", "/commits/", down, down, down))  # fmt: skip
 
     assert host_calls(result) == [("get_commits_status", "error")]
     assert (result.terminal, result.reason["kind"]) == (Terminal.BLOCKED_AWAITING_INPUT, "termination")
