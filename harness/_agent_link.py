@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementatio
 
 from ._client import KernelClient
 from ._config import AgentConfig, LimitsConfig
+from ._recovery import TOKEN_VARIABLE
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 from ._transport import AgentProcess, agent_environment
@@ -40,12 +41,16 @@ class AgentLink:
         cwd: Path,
         transcript: Transcript,
         client: KernelClient,
+        token: str = "",
+        on_spawn: Callable[[int], None] | None = None,
     ) -> None:
         self.agent = agent
         self.limits = limits
         self.cwd = cwd
         self.transcript = transcript
         self.client = client
+        self.token = token  # the run's token: in the agent's environment, and what ends its leftovers
+        self.on_spawn = on_spawn
         self.process: AgentProcess | None = None
         self._conn: ClientSideConnection | None = None
         self._init: InitializeResponse | None = None
@@ -58,11 +63,14 @@ class AgentLink:
             self.process = await AgentProcess.spawn(
                 self.agent.command,
                 cwd=str(self.cwd),
-                env=agent_environment(self.agent.env),
+                env=agent_environment({**self.agent.env, TOKEN_VARIABLE: self.token}),
                 transcript=self.transcript,
+                token=self.token,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the argv or environment
             return Stop(Terminal.FAILED, {"kind": "agent_start_failed", "argv": self.agent.command, "error": str(exc)})
+        if self.on_spawn is not None:  # before initialize: a kernel killed now still leaves a trail
+            self.on_spawn(self.process.pid)
         self._conn = ClientSideConnection(self.client, self.process)
         capabilities = ClientCapabilities(
             fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
@@ -108,6 +116,13 @@ class AgentLink:
 
     async def prompt(self, session_id: str, text: str, *, cancel: asyncio.Event) -> str | Stop:
         """One `session/prompt` round: the agent's stop reason, or a Stop for a fault, deadline or cancel."""
+        assert self._conn is not None and self.process is not None
+        try:
+            return await self._prompt(session_id, text, cancel)
+        finally:
+            self.process.forget_prompts()  # anything the agent sends from now on is outside the turn
+
+    async def _prompt(self, session_id: str, text: str, cancel: asyncio.Event) -> str | Stop:
         assert self._conn is not None and self.process is not None
         prompt = asyncio.ensure_future(self._conn.prompt(session_id=session_id, prompt=[text_block(text)]))
         await self._wait_or_exit(prompt, cancel.wait(), timeout=self.limits.turn_timeout_s)

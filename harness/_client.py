@@ -1,11 +1,12 @@
-"""The kernel's side of ACP: every request the agent makes passes the policy here.
+"""The kernel's side of ACP: every request the agent makes is decided by the policy, then applied here.
 
-`KernelClient` answers `session/request_permission` from the policy (or hands
-it, untouched, to an interactive handler when the rule list is empty), and
-serves `fs/*` and `terminal/*` under the same policy, so a cooperating agent
-cannot reach a file or command its permission request could not. Each
-decision is recorded in the transcript with its rule ids, and a refusal is
-remembered on the turn: the kernel ends the run `BlockedPolicy` after it.
+`KernelClient` asks the `Policy` about each `session/request_permission`, `fs/*` and
+`terminal/*` request, giving it the `Turn` as it stood when the request arrived (wire order, from
+the transport), and applies the verdict: the option it names, the file it resolved, the argv it
+allows. On the interactive path (an empty rule list) a person answers permission requests, and
+what they allow becomes this turn's approvals. Each decision is recorded in the transcript with
+its rule ids; a refusal is remembered on the turn and on the run, and the kernel ends the run
+`BlockedPolicy` after it, wherever it happened.
 
 `session_update` never awaits, so updates are counted in wire order.
 """
@@ -15,13 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import os
-import re
-import shutil
-import stat
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from acp import RequestError
@@ -44,10 +40,11 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from ._config import HOST_SERVER_NAME
 from ._exec import ExecHost, TerminalGone
-from ._policy import Policy, Verdict
+from ._files import read_beneath, write_beneath
+from ._policy import Policy, Turn, Verdict
 from ._transcript import Transcript
+from ._transport import ARRIVAL
 
 __all__ = ["POLICY_REFUSED", "InteractiveHandler", "KernelClient", "TurnState"]
 
@@ -57,15 +54,6 @@ POLICY_REFUSED = -32010
 #: Given the raw `session/request_permission` params; returns the raw `outcome` object.
 InteractiveHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]] | dict[str, Any]]
 
-# The only variables an agent may set for a command: anything else can change what an allowed
-# command runs (LD_PRELOAD, PATH, HOME -> a .gitconfig with core.fsmonitor, BASH_FUNC_git%%, ...).
-# CLAUDECODE=1 is the marker claude-code-acp sets on every command it runs.
-_SAFE_ENV = re.compile(r"^(LANG|LANGUAGE|LC_[A-Z_]+|TERM|NO_COLOR|FORCE_COLOR|CI|COLUMNS|LINES|TZ|CLAUDECODE)$")
-_SHELL = shutil.which("bash") or "/bin/sh"
-#: A command with no args that holds any of these is a shell script, not a program's name.
-_SCRIPT_CHARS = frozenset(" \t\n;&|<>()'\"")
-_HOST_TOOL_TITLE = re.compile(rf"mcp__{re.escape(HOST_SERVER_NAME)}__([a-z_]+)")
-MAX_READ_BYTES = 8 << 20
 SMALL_FILE_BYTES = 256 << 10  # read or written on the event loop; bigger files go to a worker thread
 
 
@@ -96,12 +84,13 @@ class KernelClient:
         self.exec_host = exec_host
         self.interactive_handler = interactive_handler
         self.turn = TurnState()
+        self.refusals: list[dict[str, Any]] = []  # every refusal of the run, in or out of a turn
         self.rule_ids: list[str] = []  # rule ids used in the current task, first use first
         self.host_tools: frozenset[str] = frozenset()
         self.context_usage: dict[str, Any] | None = None  # the task's last usage_update (context tokens)
         self.cancelling = False
-        self.session_id: str | None = None  # requests for other sessions, or between turns, are refused
-        self.in_turn = False
+        self.sessions: set[str] = set()  # every session this run opened
+        self.approvals: frozenset[tuple[str, str]] = frozenset()  # interactive path: this turn's
         self._parked: set[asyncio.Future[dict[str, Any]]] = set()
 
     def on_connect(self, conn: Any) -> None:
@@ -116,13 +105,9 @@ class KernelClient:
     def begin_turn(self, session_id: str) -> TurnState:
         self.turn = TurnState()
         self.cancelling = False
-        self.session_id = session_id
-        self.in_turn = True
-        self.policy.forget_approvals()
+        self.sessions.add(session_id)
+        self.approvals = frozenset()  # what a person approved in the last turn is not approved now
         return self.turn
-
-    def end_turn(self) -> None:
-        self.in_turn = False
 
     def cancel_pending(self) -> int:
         """Answer every parked permission request `cancelled` (the spec's rule on cancel)."""
@@ -132,9 +117,15 @@ class KernelClient:
             future.set_result({"outcome": "cancelled"})
         return len(parked)
 
+    def _moment(self) -> Turn:
+        """The turn as it stood when the request being handled arrived."""
+        return Turn(ARRIVAL.get(), frozenset(self.sessions), self.host_tools, self.approvals)
+
     # --- session/update -----------------------------------------------------------------------
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if ARRIVAL.get() != session_id:  # an update of no running turn is not this turn's work
+            return
         if isinstance(update, ToolCallStart):  # any kind, `think` included: the design counts tool calls
             self.turn.tool_calls += 1
         elif isinstance(update, UsageUpdate):
@@ -149,29 +140,18 @@ class KernelClient:
         if self.cancelling:
             self._record("session/request_permission", raw_call, None, outcome="cancelled")
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        if self.policy.interactive:
+        choices = [(o.option_id, o.kind) for o in options]
+        verdict = self.policy.permission(session_id, raw_call, choices, self._moment())
+        if verdict.ask:
             return await self._ask_interactive(session_id, raw_call, options, kwargs)
-        verdict = self._host_tool_verdict(raw_call) or self.policy.judge_tool_call(raw_call)
-        if verdict.allowed:
-            option = _pick(options, ("allow_once",))
-            if option is None:  # never allow_always: an agent may persist it as its own rule
-                verdict = Verdict(False, (), {"kind": "no_allow_once_option", "allowed_by": list(verdict.rule_ids)})
         if not verdict.allowed:
             self._refused("session/request_permission", verdict, raw_call)
-            option = _pick(options, ("reject_once", "reject_always"))
-            if option is None:
+            if verdict.option_id is None:
                 return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-            return _selected(option)
-        self._record("session/request_permission", raw_call, verdict, outcome=option.option_id)
-        return _selected(option)
-
-    def _host_tool_verdict(self, raw_call: Mapping[str, Any]) -> Verdict | None:
-        """A request to call one of the kernel's own host tools (Claude titles an MCP tool
-        `mcp__<server>__<tool>`, kind `other`): the role's allowlist already decided it."""
-        match = _HOST_TOOL_TITLE.fullmatch(str(raw_call.get("title") or ""))
-        if match is None or raw_call.get("kind") not in (None, "other") or match[1] not in self.host_tools:
-            return None
-        return Verdict(True, ("builtin:host-tool",), {"kind": "host_tool", "tool": match[1]})
+        else:
+            self._record("session/request_permission", raw_call, verdict, outcome=verdict.option_id)
+        assert verdict.option_id is not None
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=verdict.option_id))
 
     async def _ask_interactive(
         self, session_id: str, raw_call: dict[str, Any], options: list[PermissionOption], meta: dict[str, Any]
@@ -198,7 +178,7 @@ class KernelClient:
                     answer.cancel()
         chosen = next((o for o in options if o.option_id == outcome.get("optionId")), None)
         if outcome.get("outcome") == "selected" and chosen is not None and chosen.kind.startswith("allow"):
-            self.policy.approve(raw_call)  # fs/* and terminal/* may now reach what the person allowed
+            self.approvals |= self.policy.approvals(raw_call)  # fs/* and terminal/* may now reach it
         self.transcript.record(
             "policy",
             source="session/request_permission",
@@ -214,13 +194,14 @@ class KernelClient:
     async def read_text_file(
         self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
     ) -> ReadTextFileResponse:
-        self._in_this_turn("fs/read_text_file", session_id, {"path": path})
+        target = {"path": path}
+        verdict = self._enforce("fs/read_text_file", self.policy.read(session_id, path, self._moment()), target)
         self.turn.client_calls += 1
-        verdict = self._enforce("fs/read_text_file", self.policy.judge_read(path), {"path": path})
-        real = self.policy.worktree / verdict.paths[0]  # the file that was judged, not a second resolution
+        relative = verdict.paths[0]  # the file that was judged, reached without a second resolution
+        root = str(self.policy.worktree)
         try:
-            small = real.stat().st_size <= SMALL_FILE_BYTES  # stat never blocks, even on a FIFO
-            text = _read_regular_file(real) if small else await asyncio.to_thread(_read_regular_file, real)
+            small = (self.policy.worktree / relative).stat().st_size <= SMALL_FILE_BYTES  # stat never blocks
+            text = read_beneath(root, relative) if small else await asyncio.to_thread(read_beneath, root, relative)
         except FileNotFoundError:
             raise RequestError.resource_not_found(path) from None
         except OSError as exc:
@@ -229,21 +210,21 @@ class KernelClient:
             lines = text.splitlines(keepends=True)
             start = max((line or 1) - 1, 0)
             text = "".join(lines[start : start + limit if limit is not None else None])
-        self._record("fs/read_text_file", {"path": path}, verdict)
+        self._record("fs/read_text_file", target, verdict)
         return ReadTextFileResponse(content=text)
 
     async def write_text_file(
         self, session_id: str, path: str, content: str, **kwargs: Any
     ) -> WriteTextFileResponse | None:
-        self._in_this_turn("fs/write_text_file", session_id, {"path": path})
+        target = {"path": path}
+        verdict = self._enforce("fs/write_text_file", self.policy.write(session_id, path, self._moment()), target)
         self.turn.client_calls += 1
-        verdict = self._enforce("fs/write_text_file", self.policy.judge_write(path), {"path": path})
-        relative = verdict.paths[0]
+        root, relative = str(self.policy.worktree), verdict.paths[0]
         try:
             if len(content) <= SMALL_FILE_BYTES:
-                _write_regular_file(self.policy.worktree, relative, content)
+                write_beneath(root, relative, content)
             else:
-                await asyncio.to_thread(_write_regular_file, self.policy.worktree, relative, content)
+                await asyncio.to_thread(write_beneath, root, relative, content)
         except OSError as exc:
             raise RequestError.internal_error({"path": path, "error": exc.strerror or str(exc)}) from None
         self._record("fs/write_text_file", {"path": path, "bytes": len(content)}, verdict)
@@ -262,32 +243,16 @@ class KernelClient:
         **kwargs: Any,
     ) -> CreateTerminalResponse:
         target = {"command": command, "args": args or [], "cwd": cwd}
-        self._in_this_turn("terminal/create", session_id, target)
-        self.turn.client_calls += 1
-        # No args and a command like "git status && git log": a script for the shell, as editors run it
-        # (claude-code-acp 0.16 sends its Bash tool's command this way). It is judged as the script it is,
-        # command by command, exactly as the permission request that preceded it was.
-        script = not args and isinstance(command, str) and not _SCRIPT_CHARS.isdisjoint(command)
-        argv = [_SHELL, "-c", command] if script else [command, *(args or [])]
         variables = {v.name: v.value for v in env or ()}
-        unsafe = sorted(name for name in variables if not _SAFE_ENV.match(name))
-        verdict = (
-            Verdict(False, (), {"kind": "unsafe_env", "names": unsafe})
-            if unsafe
-            else self.policy.judge_execute(command, None if script else args or [], cwd=cwd)
-        )
+        verdict = self.policy.terminal(session_id, command, args, variables, cwd, self._moment())
         self._enforce("terminal/create", verdict, target)
-        relative = self.policy.resolve(cwd) if cwd else "."
-        workdir = self.policy.worktree / (relative or ".")
+        self.turn.client_calls += 1
+        assert verdict.workdir is not None
         try:
             terminal_id = await self.exec_host.create(
-                session_id,
-                argv,
-                cwd=str(workdir),
-                env=variables,
-                output_byte_limit=output_byte_limit,
+                session_id, verdict.argv, cwd=verdict.workdir, env=variables, output_byte_limit=output_byte_limit
             )
-        except (OSError, RuntimeError) as exc:
+        except (OSError, RuntimeError, ValueError) as exc:
             raise RequestError.internal_error({"command": command, "error": str(exc)}) from None
         self._record("terminal/create", {**target, "terminalId": terminal_id}, verdict)
         return CreateTerminalResponse(terminal_id=terminal_id)
@@ -337,15 +302,6 @@ class KernelClient:
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _in_this_turn(self, source: str, session_id: str, target: Mapping[str, Any]) -> None:
-        """fs/* and terminal/* only for the session whose turn is running: nothing late, nothing stray."""
-        if self.in_turn and session_id == self.session_id:
-            return
-        why = "outside_turn" if session_id == self.session_id else "unknown_session"
-        verdict = Verdict(False, (), {"kind": why, "session": session_id})
-        self._record(source, target, verdict, outcome="refused")
-        raise RequestError(POLICY_REFUSED, "Refused: no turn of this session is running", dict(verdict.reason))
-
     def _enforce(self, source: str, verdict: Verdict, target: Mapping[str, Any]) -> Verdict:
         if not verdict.allowed:
             self._refused(source, verdict, target)
@@ -361,6 +317,7 @@ class KernelClient:
             **_describe(target),
         }
         self.turn.refusals.append(refusal)
+        self.refusals.append(refusal)
         self._record(source, target, verdict, outcome="refused")
 
     def _record(
@@ -388,18 +345,6 @@ def _describe(target: Mapping[str, Any]) -> dict[str, Any]:
     return {renamed.get(k, k): target[k] for k in keys if k in target and target[k] is not None}
 
 
-def _pick(options: list[PermissionOption], kinds: tuple[str, ...]) -> PermissionOption | None:
-    for kind in kinds:
-        for option in options:
-            if option.kind == kind:
-                return option
-    return None
-
-
-def _selected(option: PermissionOption) -> RequestPermissionResponse:
-    return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option.option_id))
-
-
 async def _maybe_await(value: Awaitable[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
     return await value if inspect.isawaitable(value) else value
 
@@ -413,30 +358,6 @@ def _settle(future: asyncio.Future[dict[str, Any]], task: asyncio.Future[dict[st
         future.set_exception(task.exception())  # type: ignore[arg-type]
     else:
         future.set_result(task.result())
-
-
-def _read_regular_file(path: Path) -> str:
-    """Read a regular file (never a FIFO or device, which could block forever), within a size cap."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
-        data = f.read(MAX_READ_BYTES + 1)
-    if len(data) > MAX_READ_BYTES:
-        raise OSError(f"{path.name} is larger than {MAX_READ_BYTES} bytes")
-    return data.decode("utf-8", errors="replace")
-
-
-def _write_regular_file(worktree: Path, relative: str, content: str) -> None:
-    """Write the judged path without following a symlink swapped in at its last component."""
-    target = worktree / relative
-    target.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
-    fd = os.open(target, flags, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{relative} is not a regular file")
-        f.write(content)
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from ._exec import ExecHost
 from ._hostcalls import HostCalls
 from ._policy import Policy
 from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state
-from ._recovery import ActiveRuns
+from ._recovery import TOKEN_VARIABLE, ActiveRuns
 from ._results import RunResult, TaskResult
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
@@ -46,6 +46,9 @@ STANDING_PROMPT = (
     "Continue without waiting for input; policy decides permissions. If the task is finished, say so and end your turn."
 )
 CONTINUE_PROMPT = "Continue."
+#: Terminals a refusal recorded after the fact overrides (a fault or a cancel says more).
+_SUCCESS = frozenset({Terminal.IDLE, Terminal.COMPLETED, Terminal.END_TURN, Terminal.MAX_ITERATIONS,
+                      Terminal.BLOCKED_AWAITING_INPUT})  # fmt: skip
 
 
 def default_transcript_path(config: Config) -> Path:
@@ -96,6 +99,7 @@ class Kernel:
         self._host_tools: Any = None  # a HostToolServer while the agent can reach the host tools
         self._active: ActiveRuns | None = None
         self._marker: Path | None = None
+        self._token = ""  # carried by every process the run starts (see _recovery)
 
     @property
     def status(self) -> dict[str, Any]:
@@ -148,7 +152,7 @@ class Kernel:
         try:
             recovered = active.recover()  # runs whose kernel died: ended Failed/restarted
             transcript = self._transcript = Transcript(self.transcript_path, observer=self.observer)
-            self._marker = active.begin(self.transcript_path)
+            self._marker, self._token = active.begin(self.transcript_path)
         except OSError as exc:
             raise ConfigError("transcripts", f"cannot write {self.transcript_path}: {exc.strerror or exc}") from None
         self._active = active
@@ -176,7 +180,10 @@ class Kernel:
         except Exception as exc:  # a kernel fault still ends the run in a terminal
             transcript.record("kernel_error", error=repr(exc), traceback=traceback.format_exc())
             stop = Stop(Terminal.FAILED, {"kind": "kernel_error", "error": repr(exc)})
-        await self._teardown()
+        await self._teardown()  # a call the agent made after its last turn has been answered by now
+        refused = self._refused()
+        if refused is not None and stop.terminal in _SUCCESS:
+            stop = refused
         return self._finish(stop, tasks)
 
     def _finish(self, stop: Stop, tasks: list[TaskResult]) -> RunResult:
@@ -211,7 +218,7 @@ class Kernel:
         self._client = KernelClient(
             policy=policy,
             transcript=self._transcript,
-            exec_host=ExecHost({**agent_environment(), "GIT_TERMINAL_PROMPT": "0"}),
+            exec_host=ExecHost({**agent_environment(), "GIT_TERMINAL_PROMPT": "0", TOKEN_VARIABLE: self._token}),
             interactive_handler=self.interactive_handler,
         )
         self._link = AgentLink(
@@ -220,10 +227,10 @@ class Kernel:
             cwd=self.config.source.parent if self.config.source else Path.cwd(),
             transcript=self._transcript,
             client=self._client,
+            token=self._token,
+            on_spawn=self._agent_spawned,
         )
         stop = await self._link.start()
-        if self._link.process is not None and self._active is not None and self._marker is not None:
-            self._active.agent_started(self._marker, self._link.process.pid)
         if stop is not None:
             return stop
         await self._start_host_tools(host)
@@ -231,6 +238,10 @@ class Kernel:
             self._transcript.record("task_start", task={"id": None, "title": "single prompt"})
             return (await self._session(prompt, task=None))[0]
         return await self._drain(tasks, host, only=task_id)
+
+    def _agent_spawned(self, pid: int) -> None:
+        if self._active is not None and self._marker is not None:
+            self._active.agent_started(self._marker, pid)
 
     def _protected_files(self) -> list[Path]:
         """The run's own files: its config, its role, its transcript (and their directory, when the
@@ -309,6 +320,9 @@ class Kernel:
         while True:
             if self._cancel_requested:
                 return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "task_boundary"})
+            refused = self._refused()
+            if refused is not None:
+                return refused
             listing = await host.call("list_tasks", self.provider.list_tasks)
             if isinstance(listing, Stop):
                 return listing
@@ -417,14 +431,12 @@ class Kernel:
                 text, kind = self._with_steering(text, kind)
                 turn = self._client.begin_turn(session_id)
                 self._transcript.record("turn", iteration=iterations, prompt_kind=kind)
-                try:
-                    outcome = await self._link.prompt(session_id, text, cancel=self._cancel_event)
-                finally:
-                    self._client.end_turn()
+                outcome = await self._link.prompt(session_id, text, cancel=self._cancel_event)
                 if isinstance(outcome, Stop):
                     return outcome, iterations
-                if turn.refusals:  # whatever stop reason followed the refusal
-                    return Stop(Terminal.BLOCKED_POLICY, turn.refusals[0]), iterations
+                refused = self._refused()
+                if refused is not None:  # whatever stop reason followed the refusal
+                    return refused, iterations
                 if outcome == "refusal":
                     return Stop(Terminal.FAILED, {"kind": "refusal", "stop_reason": outcome}), iterations
                 if outcome == "cancelled":
@@ -445,6 +457,12 @@ class Kernel:
         finally:
             await self._client.exec_host.release_session(session_id)
             await self._link.end_session(session_id)
+
+    def _refused(self) -> Stop | None:
+        """A refusal stops the run wherever it happened: in a turn, or in a call that came late."""
+        if self._client is None or not self._client.refusals:
+            return None
+        return Stop(Terminal.BLOCKED_POLICY, self._client.refusals[0])
 
     def _tokens(self) -> dict[str, Any] | None:
         """The task's token usage: the prompt answer's, else the last `usage_update` (Codex reports only

@@ -1,22 +1,25 @@
-"""The workspace permission policy: four rule kinds, deny wins, default refuse.
+"""The workspace permission policy: four rule kinds, deny wins, default refuse. One place decides.
 
-Every request the agent makes (a permission request, an `fs/*` call, a
-`terminal/create`) is reduced to targets of one rule kind: worktree paths for
-read and write, simple commands for execute, hosts for network. Each target
-must be matched by an allow rule and by no deny rule, whatever the rule order.
-Paths are resolved (symlinks, `..`) before matching, and a path outside the
-worktree is never a worktree path. Protected paths are never writable, and
-neither is any directory that holds one (deleting or moving `.` or `.git`);
-a deny rule likewise covers the directories above what it denies. A request
-the policy cannot make sense of (wrong types, unparseable commands) is refused.
+Every request the agent makes (a permission request, an `fs/*` call, a `terminal/create`) is
+decided here, as a pure function of the request, the rules, and the moment it arrived (`Turn`:
+which session's turn was running, the host tools its role allows, what a person approved in it).
+The client only applies what a `Verdict` says: the option to select, the file to open, the argv
+to run. A request is reduced to targets of one rule kind: worktree paths for read and write,
+simple commands for execute (their arguments and redirections judged as the reads and writes they
+are), hosts for network. Each target must be matched by an allow rule and by no deny rule,
+whatever the rule order.
 
-A `Verdict` names the rule ids that decided it; the kernel records them. For
-paths it also carries where they resolved, so the kernel acts on exactly the
-file that was judged.
+Paths are resolved (symlinks, `..`) before matching; a path outside the worktree is never a
+worktree path, `/proc` is never readable, and a file with more than one hard link is refused
+(its other name may be outside, protected or denied). Protected paths are never writable: every
+`.git` at any depth (a nested repository's config is code git runs), the configured globs, and
+the run's own files; neither is a directory that holds one (deleting `.` takes `.git`). A deny
+rule likewise covers the directories above what it denies. A request the policy cannot make sense
+of (wrong types, unparseable commands, odd URLs) is refused.
 
-With an empty rule list (the interactive path) a person answers permission
-requests; `fs/*` and `terminal/*` then reach only what a person approved in
-the current turn (`approve`), still confined to the worktree.
+With an empty rule list (the interactive path) a person answers permission requests; `fs/*` and
+`terminal/*` then reach only what a person approved in the current turn, still confined to the
+worktree.
 """
 
 from __future__ import annotations
@@ -25,19 +28,23 @@ import fnmatch
 import functools
 import os
 import re
+import shutil
+import stat
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ._config import RuleConfig
+from ._commands import Refused, analyze, names_path
+from ._config import HOST_SERVER_NAME, RuleConfig
 from ._shell import Unparseable, parse_invocation
 
-__all__ = ["DEFAULT_PROTECTED", "TOOL_KIND_TO_RULE_KIND", "Policy", "Verdict", "glob_matches"]
+__all__ = ["DEFAULT_PROTECTED", "TOOL_KIND_TO_RULE_KIND", "Policy", "Turn", "Verdict", "glob_matches"]
 
 #: Written by no agent, whatever the rules say (relative to the worktree): all of `.git`, which
 #: covers its config, refs, packed-refs, hooks and modules, and a linked worktree's gitfile.
+#: (`.git` at any depth is protected too: see `Policy.is_protected`.)
 DEFAULT_PROTECTED = (".git", ".git/**")
 
 #: ACP tool kinds and the rule kind that governs them; `think` needs no permission.
@@ -54,6 +61,17 @@ TOOL_KIND_TO_RULE_KIND = {
 #: A rawInput key that names a place we do not read (`dir_path`, `directory`, `cwd`, ...): not "no path".
 _LOCATION_WORDS = re.compile(r"path|dir|folder|root|cwd|location|file", re.IGNORECASE)
 _PATH_KEYS = ("file_path", "path", "notebook_path", "source", "destination", "target", "old_path", "new_path")
+# The only variables an agent may set for a command: anything else can change what an allowed
+# command runs (LD_PRELOAD, PATH, HOME -> a .gitconfig with core.fsmonitor, BASH_FUNC_git%%, ...).
+# CLAUDECODE=1 is the marker claude-code-acp sets on every command it runs.
+_SAFE_ENV = re.compile(r"^(LANG|LANGUAGE|LC_[A-Z_]+|TERM|NO_COLOR|FORCE_COLOR|CI|COLUMNS|LINES|TZ|CLAUDECODE)$")
+#: A `terminal/create` command with no args that holds any of these is a shell script, not a program's name.
+_SCRIPT_CHARS = frozenset(" \t\n;&|<>()'\"")
+SHELL = shutil.which("bash") or "/bin/sh"
+_HOST_TOOL_TITLE = re.compile(rf"mcp__{re.escape(HOST_SERVER_NAME)}__([a-z_]+)")
+_HOST = re.compile(r"[a-z0-9.-]+|\[[0-9a-f:.]+\]")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+_MAX_CWDS = 16  # directories a script may `cd` between before it is too tangled to judge
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,20 @@ class Verdict:
     rule_ids: tuple[str, ...] = ()
     reason: Mapping[str, Any] = field(default_factory=dict)
     paths: tuple[str, ...] = ()  # the judged paths, resolved, relative to the worktree
+    option_id: str | None = None  # a permission request: the option to select (None: answer `cancelled`)
+    ask: bool = False  # a permission request on the interactive path: a person decides
+    argv: tuple[str, ...] = ()  # a terminal: what to run
+    workdir: str | None = None  # a terminal: where (absolute)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the policy knows of the moment a request arrived, in wire order."""
+
+    open_session: str | None = None  # the session whose turn was running (None: no turn was)
+    sessions: frozenset[str] = frozenset()  # every session the kernel opened in this run
+    host_tools: frozenset[str] = frozenset()  # the kernel's own MCP tools the task's role allows
+    approvals: frozenset[tuple[str, str]] = frozenset()  # interactive path: (rule kind, target) a person allowed
 
 
 class Policy:
@@ -88,52 +120,115 @@ class Policy:
         # Absolute files or directories outside the globs' reach: the run's config, role, transcripts.
         self._protected_paths = tuple(os.path.realpath(p) for p in protected_files)
         self._root = str(self.worktree)  # string prefixes: this runs for every path an agent names
-        self._approved: set[tuple[str, str]] = set()  # interactive path: (rule kind, target) a person allowed
 
     @property
     def interactive(self) -> bool:
         """No rules: permission requests go to the interactive handler, not the policy."""
         return not self.rules
 
-    # --- requests ------------------------------------------------------------------------------
+    # --- the requests of a run -----------------------------------------------------------------
+
+    def permission(
+        self, session_id: str, tool_call: Mapping[str, Any], options: Sequence[tuple[str, str]], turn: Turn
+    ) -> Verdict:
+        """A `session/request_permission`: the option to answer with (`options`: (optionId, kind) pairs).
+
+        An allowed request is answered with `allow_once`, never `allow_always` (an agent may keep that
+        as its own standing rule past the policy); without an `allow_once` option it is refused."""
+        verdict = self._gate(session_id, turn)
+        if verdict is None and self.interactive:
+            return Verdict(False, (), {"kind": "interactive"}, ask=True)
+        verdict = verdict or _host_tool(tool_call, turn.host_tools) or self.judge_tool_call(tool_call)
+        if verdict.allowed:
+            option = _pick(options, ("allow_once",))
+            if option is not None:
+                return replace(verdict, option_id=option)
+            verdict = Verdict(False, (), {"kind": "no_allow_once_option", "allowed_by": list(verdict.rule_ids)})
+        return replace(verdict, option_id=_pick(options, ("reject_once", "reject_always")))
+
+    def read(self, session_id: str, path: str, turn: Turn) -> Verdict:
+        return self._gate(session_id, turn) or self.judge_read(path, approvals=turn.approvals)
+
+    def write(self, session_id: str, path: str, turn: Turn) -> Verdict:
+        return self._gate(session_id, turn) or self.judge_write(path, approvals=turn.approvals)
+
+    def terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: Sequence[str] | None,
+        env: Mapping[str, str],
+        cwd: str | None,
+        turn: Turn,
+    ) -> Verdict:
+        """A `terminal/create`: whether to run it, and the argv and directory to run.
+
+        No args and a command like "git status && git log" is a script for the shell, as editors run
+        it (claude-code-acp 0.16 sends its Bash tool's command this way): it is judged as the script
+        it is, command by command, exactly as the permission request that preceded it was."""
+        gate = self._gate(session_id, turn)
+        if gate is not None:
+            return gate
+        unsafe = sorted(name for name in env if not _SAFE_ENV.match(name))
+        if unsafe:
+            return _refuse("unsafe_env", names=unsafe)
+        script = not args and isinstance(command, str) and not _SCRIPT_CHARS.isdisjoint(command)
+        verdict = self.judge_execute(command, None if script else list(args or []), cwd=cwd, approvals=turn.approvals)
+        if not verdict.allowed:
+            return verdict
+        argv = (SHELL, "-c", command) if script else (command, *(args or ()))
+        relative = self.resolve(cwd) if cwd else "."
+        return replace(verdict, argv=argv, workdir=os.path.join(self._root, relative or "."))
+
+    def approvals(self, tool_call: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+        """The interactive path: what a person's allow of this tool call lets fs/* and terminal/* reach."""
+        kind = TOOL_KIND_TO_RULE_KIND.get(str(tool_call.get("kind")))
+        raw = tool_call.get("rawInput") if isinstance(tool_call.get("rawInput"), Mapping) else {}
+        approved: set[tuple[str, str]] = set()
+        try:
+            if kind in ("read", "write"):
+                for path in tool_call_paths(tool_call):
+                    rel = self.resolve(path)
+                    if rel is not None:
+                        approved.add((kind, rel))
+            elif kind == "execute" and raw.get("command"):
+                command = raw["command"]
+                invocation = parse_invocation(command, raw.get("args") if isinstance(command, str) else None)
+                approved.update(("execute", analyze(c.words).match_text) for c in invocation.commands if c.words)
+        except (Unparseable, Refused, TypeError, ValueError):
+            return frozenset()
+        return frozenset(approved)
+
+    # --- judging, request by request -----------------------------------------------------------
 
     def judge_tool_call(self, tool_call: Mapping[str, Any]) -> Verdict:
         """Judge a `session/request_permission` by what its tool call would touch."""
         return _safely(self._judge_tool_call, tool_call)
 
-    def judge_read(self, path: str) -> Verdict:
-        return _safely(self._judge_fs, "read", path)
+    def judge_read(self, path: str, *, approvals: frozenset[tuple[str, str]] = frozenset()) -> Verdict:
+        return _safely(self._judge_paths, "read", [path], approvals)
 
-    def judge_write(self, path: str) -> Verdict:
-        return _safely(self._judge_fs, "write", path)
+    def judge_write(self, path: str, *, approvals: frozenset[tuple[str, str]] = frozenset()) -> Verdict:
+        return _safely(self._judge_paths, "write", [path], approvals)
 
     def judge_execute(
-        self, command: str | Sequence[str], args: Sequence[str] | None = None, *, cwd: str | None = None
+        self,
+        command: str | Sequence[str],
+        args: Sequence[str] | None = None,
+        *,
+        cwd: str | None = None,
+        approvals: frozenset[tuple[str, str]] = frozenset(),
     ) -> Verdict:
-        """Judge a command: every simple command in it, and every file it redirects to."""
-        return _safely(self._judge_execute, command, args, cwd)
+        """Judge a command: every simple command in it, the paths its arguments name, and every file
+        it redirects to, each relative to every directory the script may have changed to by then."""
+        return _safely(self._judge_execute, command, args, cwd, approvals)
 
-    def approve(self, tool_call: Mapping[str, Any]) -> None:
-        """The interactive path: a person allowed this tool call; its targets become reachable."""
-        kind = TOOL_KIND_TO_RULE_KIND.get(str(tool_call.get("kind")))
-        raw = tool_call.get("rawInput") if isinstance(tool_call.get("rawInput"), Mapping) else {}
-        if kind in ("read", "write"):
-            for path in tool_call_paths(tool_call):
-                rel = self.resolve(path) if isinstance(path, str) else None
-                if rel is not None:
-                    self._approved.add((kind, rel))
-        elif kind == "execute" and raw.get("command"):
-            try:
-                invocation = parse_invocation(
-                    raw["command"], raw.get("args") if isinstance(raw["command"], str) else None
-                )
-            except Unparseable:
-                return
-            self._approved.update(("execute", c.text) for c in invocation.commands)
-
-    def forget_approvals(self) -> None:
-        """A turn ended: what a person approved in it is not approved for the next."""
-        self._approved.clear()
+    def _gate(self, session_id: str, turn: Turn) -> Verdict | None:
+        """Only the session whose turn is running may act: nothing late, nothing stray."""
+        if turn.open_session is not None and session_id == turn.open_session:
+            return None
+        why = "outside_turn" if session_id in turn.sessions else "unknown_session"
+        return _refuse(why, session=session_id)
 
     def _judge_tool_call(self, tool_call: Mapping[str, Any]) -> Verdict:
         kind = tool_call.get("kind")
@@ -150,51 +245,95 @@ class Policy:
                 paths = ["."]  # Grep/Glob with no path search the session cwd: the worktree
             if not paths:
                 return _refuse("no_target", why="the request names no path", tool_kind=kind)
-            return self._judge_paths(rule_kind, paths)
+            return self._judge_paths(rule_kind, paths, frozenset())
         if rule_kind == "execute":
             command = raw.get("command") or raw.get("cmd")
             if not command:
                 return _refuse("no_target", why="the request names no command", tool_kind=kind)
             cwd = raw.get("cwd") or raw.get("workdir")
             args = raw.get("args") if isinstance(command, str) else None
-            return self.judge_execute(command, args, cwd=cwd)
+            return self._judge_execute(command, args, cwd, frozenset())
         hosts = [h for h in (_host_of(raw.get(k)) for k in ("url", "uri", "host")) if h]
         if not hosts:
             return _refuse("no_target", why="the request names no host", tool_kind=kind)
-        return self._judge("network", hosts)
+        return self._judge("network", hosts, frozenset())
 
-    def _judge_fs(self, kind: str, path: str) -> Verdict:
-        return self._judge_paths(kind, [path])
-
-    def _judge_execute(self, command: str | Sequence[str], args: Sequence[str] | None, cwd: str | None) -> Verdict:
-        base = self.worktree
-        if cwd:
+    def _judge_execute(
+        self,
+        command: str | Sequence[str],
+        args: Sequence[str] | None,
+        cwd: str | None,
+        approvals: frozenset[tuple[str, str]],
+    ) -> Verdict:
+        base = "."
+        if cwd is not None:
             resolved = self.resolve(cwd)
             if resolved is None:
                 return _refuse("outside_worktree", path=cwd, why="the command's cwd is outside the worktree")
-            base = self.worktree / resolved
+            base = resolved
         try:
             invocation = parse_invocation(command, args)
         except Unparseable as exc:
             return _refuse("unparseable", command=_as_text(command, args), why=str(exc))
-        verdict = self._judge("execute", [c.text for c in invocation.commands])
-        if not verdict.allowed:
-            return verdict
-        moves = [c.words[0] for c in invocation.commands if c.words[0] in ("cd", "pushd", "popd")]
-        if invocation.redirects and moves:
-            why = f"a redirection in a script that changes directory ({moves[0]}) cannot be placed"
-            return _refuse("unparseable", command=_as_text(command, args), why=why)
-        rule_ids = list(verdict.rule_ids)
-        for redirect in invocation.redirects:
-            if redirect.target == "/dev/null":
-                rule_ids.append("builtin:dev-null")
-                continue
-            target = str(base / redirect.target)
-            sub = self._judge_paths("write" if redirect.writes else "read", [target])
-            if not sub.allowed:
-                return sub
-            rule_ids.extend(sub.rule_ids)
+        cwds = [base]  # every directory the script may be in at this point (a `cd` may fail)
+        rule_ids: list[str] = []
+        for step in invocation.commands:
+            if step.words:
+                try:
+                    facts = analyze(step.words)
+                except Refused as exc:
+                    return _refuse("unsafe_argument", command=step.text, why=str(exc))
+                verdict = self._judge("execute", [facts.match_text], approvals)
+                if not verdict.allowed:
+                    return verdict
+                rule_ids += verdict.rule_ids
+                places = cwds if facts.directory is None else self._places(cwds, facts.directory)
+                if places is None:
+                    return _refuse("outside_worktree", path=facts.directory, why="git -C names a place outside")
+                for place in places:
+                    nested = self._nested_repository(place)
+                    if nested is not None:
+                        why = "a nested repository: its config and hooks are programs git would run"
+                        return _refuse("nested_repository", path=nested, command=step.text, why=why)
+                for arg in facts.paths:
+                    for place in places:
+                        joined = os.path.join(place, arg.text)
+                        if not names_path(arg, os.path.lexists(os.path.join(self._root, joined))):
+                            continue
+                        kind = "write" if arg.write else "read"
+                        verdict = self._judge_argument(kind, joined, approvals, recursive=arg.recursive)
+                        if not verdict.allowed:
+                            return replace(verdict, reason={**verdict.reason, "command": step.text})
+                        rule_ids += verdict.rule_ids
+            for redirect in step.redirects:
+                for place in cwds:
+                    kind = "write" if redirect.writes else "read"
+                    verdict = self._judge_argument(kind, os.path.join(place, redirect.target), approvals)
+                    if not verdict.allowed:
+                        return verdict
+                    rule_ids += verdict.rule_ids
+            if step.words and facts.changes_directory is not None:
+                moved = self._places(cwds, facts.changes_directory)
+                if moved is None:
+                    return _refuse("outside_worktree", path=facts.changes_directory, why="cd leaves the worktree")
+                cwds = list(dict.fromkeys([*cwds, *moved]))
+                if len(cwds) > _MAX_CWDS:
+                    return _refuse("unparseable", command=_as_text(command, args), why="too many directory changes")
         return Verdict(True, tuple(dict.fromkeys(rule_ids)), {"kind": "allowed"})
+
+    def _judge_argument(
+        self, kind: str, path: str, approvals: frozenset[tuple[str, str]], *, recursive: bool = False
+    ) -> Verdict:
+        """A path a command's argument or redirection names. On the interactive path the person approved
+        the command as written, so its paths need only stay confined."""
+        if os.path.realpath(os.path.join(self._root, path)) == "/dev/null":
+            return Verdict(True, ("builtin:dev-null",), {"kind": "allowed"})
+        return self._judge_paths(kind, [path], approvals, confine_only=self.interactive, recursive=recursive)
+
+    def _places(self, cwds: Sequence[str], directory: str) -> list[str] | None:
+        """Where `cd DIR` (or `git -C DIR`) leads from each possible cwd; None if any leads outside."""
+        places = [self.resolve(os.path.join(cwd, directory)) for cwd in cwds]
+        return None if None in places else list(dict.fromkeys(p for p in places if p is not None))
 
     # --- paths ---------------------------------------------------------------------------------
 
@@ -209,40 +348,69 @@ class Policy:
 
     def is_protected(self, relative: str) -> bool:
         """A protected path, inside one, or a directory that holds one (deleting `.` takes `.git`)."""
-        if relative == ".":
+        if relative == "." or ".git" in relative.lower().split("/"):  # every .git, nested ones too
             return True
         if any(glob_matches(g, relative) or _holds(relative, g) for g in self._protected_globs):
             return True
         real = os.path.join(self._root, relative)
         return any(real == p or _inside(real, p) or _inside(p, real) for p in self._protected_paths)
 
-    def _judge_paths(self, kind: str, paths: Sequence[str]) -> Verdict:
+    def _nested_repository(self, relative: str) -> str | None:
+        """The nearest directory from `relative` up to (not including) the worktree root that git would
+        take for a repository of its own: one holding `.git`, or one that looks like a bare repository."""
+        parts = [] if relative == "." else relative.split("/")
+        while parts:
+            here = os.path.join(self._root, *parts)
+            if os.path.lexists(os.path.join(here, ".git")) or _looks_like_git_dir(here):
+                return "/".join(parts)
+            parts.pop()
+        return None
+
+    def _judge_paths(
+        self,
+        kind: str,
+        paths: Sequence[str],
+        approvals: frozenset[tuple[str, str]],
+        *,
+        confine_only: bool = False,
+        recursive: bool = True,
+    ) -> Verdict:
         relative: list[str] = []
         for path in paths:
             rel = self.resolve(path)
+            real = os.path.realpath(os.path.join(self._root, path))
+            if real == "/proc" or real.startswith("/proc/"):  # the kernel's environment, memory and fds
+                return _refuse("proc", path=path, resolved=real)
             if rel is None:
-                resolved = os.path.realpath(os.path.join(self.worktree, path))
-                return _refuse("outside_worktree", path=path, resolved=resolved)
+                return _refuse("outside_worktree", path=path, resolved=real)
             if kind == "write" and self.is_protected(rel):
                 return Verdict(False, ("protected",), {"kind": "protected_path", "path": rel})
+            if _hard_linked(real):
+                why = "a file with another name may be outside the worktree, protected or denied"
+                return _refuse("hard_link", path=rel, why=why)
             relative.append(rel)
-        verdict = self._judge(kind, relative)
-        return Verdict(verdict.allowed, verdict.rule_ids, verdict.reason, tuple(relative))
+        if confine_only:
+            return Verdict(True, ("interactive",), {"kind": "interactive"}, tuple(relative))
+        verdict = self._judge(kind, relative, approvals, whole=recursive or kind == "write")
+        return replace(verdict, paths=tuple(relative))
 
     # --- rules ---------------------------------------------------------------------------------
 
-    def _judge(self, kind: str, targets: Sequence[str]) -> Verdict:
-        """Every target needs an allow rule and no deny rule (deny wins, order ignored)."""
+    def _judge(
+        self, kind: str, targets: Sequence[str], approvals: frozenset[tuple[str, str]], *, whole: bool = True
+    ) -> Verdict:
+        """Every target needs an allow rule and no deny rule (deny wins, order ignored). A `whole` target
+        is reached with all it holds, so a deny of anything below it applies too."""
         if self.interactive:  # only what a person approved in this turn (confinement already checked)
             for target in targets:
-                if (kind, target) not in self._approved:
+                if (kind, target) not in approvals:
                     return _refuse("not_approved", rule_kind=kind, target=target)
             return Verdict(True, ("interactive",), {"kind": "interactive"})
         rules = [r for r in self.rules if r.kind == kind]
         allowed_by: list[str] = []
         for target in targets:
             for rule in rules:
-                if rule.decision == "deny" and _rule_matches(rule, target):
+                if rule.decision == "deny" and _rule_matches(rule, target, whole=whole):
                     return Verdict(False, (rule.id,), {"kind": "denied", "rule_id": rule.id, "target": target})
         for target in targets:
             allow = next((r for r in rules if r.decision == "allow" and _rule_matches(r, target)), None)
@@ -304,11 +472,11 @@ def _compile_glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out), re.DOTALL)
 
 
-def _rule_matches(rule: RuleConfig, target: str) -> bool:
+def _rule_matches(rule: RuleConfig, target: str, *, whole: bool = True) -> bool:
     if rule.kind in ("read", "write"):
         # A deny also covers the directories that hold what it denies: deleting `.` reaches `secrets/`.
-        deny = rule.decision == "deny"
-        return any(glob_matches(p, target) or (deny and _holds(target, p)) for p in rule.patterns)
+        above = whole and rule.decision == "deny"
+        return any(glob_matches(p, target) or (above and _holds(target, p)) for p in rule.patterns)
     if rule.kind == "network":
         return any(fnmatch.fnmatchcase(target.lower(), p.lower()) for p in rule.patterns)
     return any(fnmatch.fnmatchcase(target, p) for p in rule.patterns)
@@ -325,6 +493,36 @@ def _holds(directory: str, pattern: str) -> bool:
     return directory == "." or (bool(literal) and literal.startswith(directory + "/"))
 
 
+def _hard_linked(real: str) -> bool:
+    try:
+        st = os.lstat(real)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+
+
+def _looks_like_git_dir(directory: str) -> bool:
+    """What git's discovery takes for a bare repository: HEAD beside objects/ and refs/."""
+    return all(os.path.lexists(os.path.join(directory, name)) for name in ("HEAD", "objects", "refs"))
+
+
+def _host_tool(tool_call: Mapping[str, Any], host_tools: frozenset[str]) -> Verdict | None:
+    """A request to call one of the kernel's own host tools (Claude titles an MCP tool
+    `mcp__<server>__<tool>`, kind `other`): the role's allowlist already decided it."""
+    match = _HOST_TOOL_TITLE.fullmatch(str(tool_call.get("title") or ""))
+    if match is None or tool_call.get("kind") not in (None, "other") or match[1] not in host_tools:
+        return None
+    return Verdict(True, ("builtin:host-tool",), {"kind": "host_tool", "tool": match[1]})
+
+
+def _pick(options: Sequence[tuple[str, str]], kinds: tuple[str, ...]) -> str | None:
+    for kind in kinds:
+        for option_id, option_kind in options:
+            if option_kind == kind:
+                return option_id
+    return None
+
+
 def _safely(judge: Any, *args: Any) -> Verdict:
     """Anything a request makes the policy trip over is a refusal, never an exception."""
     try:
@@ -338,10 +536,27 @@ def _refuse(kind: str, **detail: Any) -> Verdict:
 
 
 def _host_of(value: Any) -> str | None:
+    """The host a URL reaches, read as a WHATWG parser (Node, browsers) would read it, or refused.
+
+    Where WHATWG and Python's urlsplit disagree (`https://evil.example\\@api.github.com/` reaches
+    evil.example in Node), the URL is refused: backslashes, whitespace and control characters,
+    user info, percent-encoded or non-ASCII hosts."""
     if not isinstance(value, str) or not value:
         return None
-    host = urlsplit(value if "//" in value else f"//{value}").hostname
-    return host or None
+    if "\\" in value or any(ord(ch) <= 0x20 or ord(ch) == 0x7F for ch in value):
+        raise ValueError(f"a URL with a backslash, space or control character: {value!r}")
+    scheme = _SCHEME.match(value)
+    if scheme and not value[scheme.end() :].startswith("//") and "." not in scheme.group():
+        if not value[scheme.end() :].isdigit():  # `https:host` (WHATWG reads it as https://host): refuse
+            raise ValueError(f"a URL without // after its scheme: {value!r}")
+        scheme = None  # `localhost:8080`
+    split = urlsplit(value if scheme and value[scheme.end() :].startswith("//") else f"//{value}")
+    if "@" in split.netloc:
+        raise ValueError(f"a URL with user info: {value!r}")
+    host = split.hostname
+    if not host or not _HOST.fullmatch(host):
+        raise ValueError(f"a URL whose host cannot be judged: {value!r}")
+    return host
 
 
 def _as_text(command: str | Sequence[str], args: Sequence[str] | None) -> str:

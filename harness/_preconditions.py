@@ -61,7 +61,7 @@ class GitState:
     branch: str | None  # None when HEAD is detached or unborn
     upstream: str | None
     ahead: int
-    changes: tuple[str, ...]  # "XY path" entries, untracked included, ignored excluded
+    changes: tuple[str, ...]  # "XY path" entries, untracked included, ignored excluded (but a self-hiding .gitignore)
     edit_session: str | None
 
 
@@ -89,7 +89,8 @@ def read_git_state(worktree: Path, git_dir: Path, repo: pygit2.Repository | None
     repository, about half the cost, is saved.
     """
     repo = repo or pygit2.Repository(str(git_dir))
-    changes = tuple(f"{_code(flags)} {path}" for path, flags in sorted(repo.status().items()))
+    changes = tuple(f"{_code(flags)} {path}" for path, flags in sorted(repo.status(ignored=True).items())
+                    if not flags & FileStatus.IGNORED or _hides_itself(path))  # fmt: skip
     edit = _EDIT_SESSIONS.get(RepositoryState(repo.state()))
     if repo.head_is_unborn or repo.head_is_detached:
         return GitState(None, None, 0, changes, edit)
@@ -106,7 +107,15 @@ def read_git_state(worktree: Path, git_dir: Path, repo: pygit2.Repository | None
     return GitState(branch, upstream, ahead, changes, edit)
 
 
+def _hides_itself(path: str) -> bool:
+    """An ignored `.gitignore`: no committed file is ignored, so an uncommitted ignore file hides itself (and
+    whatever it ignores beside it) from the clean-tree check. It is a change the task left, shown as `!!`."""
+    return path == ".gitignore" or path.endswith("/.gitignore")
+
+
 def _code(flags: int) -> str:
+    if flags & FileStatus.IGNORED:
+        return "!!"
     if flags & FileStatus.WT_NEW:
         return "??"
     if flags & FileStatus.CONFLICTED:

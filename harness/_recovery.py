@@ -1,11 +1,20 @@
 """Runs that died with their kernel: found at the next start, ended `Failed` with reason `restarted`.
 
-While a run is active, a marker in `<transcripts>/.active/` names its transcript, the kernel process
-and the agent process (pids with their start times, so a reused pid is never mistaken for them).
-A kernel that is killed (SIGKILL, a crash, a reboot) leaves its marker behind. The next kernel to
-start with the same transcripts directory kills what is left of that run's agent process group,
-appends the terminal `Failed {"kind": "restarted"}` to its transcript, and removes the marker, so
-every transcript ends in exactly one terminal even across a restart.
+While a run is active, a marker in `<transcripts>/.active/` names the run's token, the kernel
+process and (from the moment it is spawned) the agent process, with their start times. Every
+process the run starts (the agent, its terminals, whatever they start) carries the token in its
+environment (`LOOP_HARNESS_RUN_TOKEN`), so it is found even after it left the agent's process
+group or session. A kernel that is killed (SIGKILL, a crash, a reboot) leaves its marker behind;
+the next kernel to start with the same transcripts directory ends what is left of that run and
+appends the terminal `Failed {"kind": "restarted"}` to its transcript, so every transcript ends
+in exactly one terminal even across a restart.
+
+A marker is untrusted input (an agent that could write into the transcripts directory could forge
+one), so recovery follows nothing it names: the transcript is the marker's own name without
+`.json`, in the marker's parent directory, a regular file (never a symlink) that starts with this
+run's `run_start`; a process is killed only if it carries the run's token and started after the
+run did. A transcript whose last line was torn by the crash is cut back to its last whole line,
+and the torn bytes are kept in the recovery record.
 """
 
 from __future__ import annotations
@@ -13,24 +22,38 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import secrets
 import signal
+import stat
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-__all__ = ["ActiveRuns"]
+__all__ = ["TOKEN_VARIABLE", "ActiveRuns", "end_processes"]
+
+#: Carried by every process a run starts: how recovery and teardown find what outlived its group.
+TOKEN_VARIABLE = "LOOP_HARNESS_RUN_TOKEN"
+_MARKER = re.compile(r"([^/.][^/]*)\.json")  # <transcript file name>.json
+_TORN_KEEP = 4000  # characters of a torn last line kept in the recovery record
 
 
 class ActiveRuns:
     def __init__(self, transcripts: Path) -> None:
+        self.transcripts = transcripts
         self.directory = transcripts / ".active"
 
-    def begin(self, transcript: Path) -> Path:
+    def begin(self, transcript: Path) -> tuple[Path, str]:
+        """Mark a run active; returns its marker and its token."""
         self.directory.mkdir(parents=True, exist_ok=True)
         marker = self.directory / f"{transcript.name}.json"
-        self._write(marker, {"transcript": str(transcript), "kernel": _identity(os.getpid())})
-        return marker
+        token = secrets.token_hex(16)
+        self._write(marker, {"transcript": transcript.name, "token": token, "started": time.time(),
+                             "kernel": _identity(os.getpid())})  # fmt: skip
+        return marker, token
 
     def agent_started(self, marker: Path, pid: int) -> None:
         data = json.loads(marker.read_text())
@@ -41,31 +64,134 @@ class ActiveRuns:
         marker.unlink(missing_ok=True)
 
     def recover(self) -> list[dict[str, Any]]:
-        """End every run whose kernel is gone; returns what was recovered."""
+        """End every run whose kernel is gone; returns what was recovered (or refused)."""
         recovered = []
-        for marker in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []:
-            try:
-                data = json.loads(marker.read_text())
-            except (OSError, ValueError):
-                marker.unlink(missing_ok=True)
+        entries = sorted(self.directory.iterdir()) if self.directory.is_dir() else []
+        for marker in entries:
+            if marker.suffix == ".tmp":
                 continue
-            if _alive(data.get("kernel")):
-                continue  # another kernel is running it now
-            killed = _kill_group(data.get("agent"))
-            transcript = Path(data["transcript"])
-            reason = {"kind": "restarted", "detail": "the kernel running this loop stopped without ending it",
-                      "agent_killed": killed}  # fmt: skip
-            with contextlib.suppress(OSError), transcript.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"type": "terminal", "terminal": "Failed", "reason": reason, "tasks": []}) + "\n")
-            marker.unlink(missing_ok=True)
-            recovered.append({"transcript": str(transcript), **reason})
+            outcome = self._recover_one(marker)
+            if outcome is not None:
+                recovered.append(outcome)
         return recovered
+
+    def _recover_one(self, marker: Path) -> dict[str, Any] | None:
+        data = _read_marker(marker)
+        name = _MARKER.fullmatch(marker.name)
+        if data is None or name is None or data.get("transcript") != name[1] or not isinstance(data.get("token"), str):
+            marker.unlink(missing_ok=True)
+            return {"marker": marker.name, "refused": "not a marker this kernel wrote: nothing followed"}
+        if _alive(data.get("kernel")):
+            return None  # another kernel is running it now
+        transcript = self.transcripts / name[1]
+        ended = end_processes(data["token"], since=float(data.get("started") or 0.0))
+        detail = "the kernel running this loop stopped without ending it"
+        reason: dict[str, Any] = {"kind": "restarted", "detail": detail, "agent_killed": bool(ended),
+                                  "processes_ended": ended}  # fmt: skip
+        written = _append_terminal(transcript, reason)
+        marker.unlink(missing_ok=True)
+        return {"transcript": str(transcript), **reason, **written}
 
     @staticmethod
     def _write(marker: Path, data: dict[str, Any]) -> None:
         partial = marker.with_suffix(".tmp")
         partial.write_text(json.dumps(data))
         os.replace(partial, marker)
+
+
+def end_processes(token: str, *, since: float, exclude: Iterable[int] = ()) -> list[dict[str, Any]]:
+    """SIGKILL every process that carries the run's token and started after the run: the agent, its
+    terminals, and what they started, even in a session of their own. Returns what was ended."""
+    skip = {os.getpid(), *exclude}
+    with contextlib.suppress(psutil.Error):
+        skip.update(p.pid for p in psutil.Process().parents())
+    wanted = f"{TOKEN_VARIABLE}={token}".encode()
+    ended = []
+    for pid in psutil.pids():
+        if pid in skip or not _carries(pid, wanted):
+            continue
+        try:
+            process = psutil.Process(pid)
+            if process.create_time() + 1.0 < since:  # pid reuse is impossible for a younger process
+                continue
+            name = process.name()
+            process.send_signal(signal.SIGKILL)
+            ended.append({"pid": pid, "name": name})
+        except (psutil.Error, PermissionError):
+            continue
+    return ended
+
+
+def _carries(pid: int, wanted: bytes) -> bool:
+    """The process's environment holds `wanted` (read raw: decoding every environment costs more)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return wanted in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _read_marker(marker: Path) -> dict[str, Any] | None:
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = f.read(64 << 10)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _append_terminal(transcript: Path, reason: dict[str, Any]) -> dict[str, Any]:
+    """Append the terminal to a dead run's transcript, after cutting a torn last line. Never follows a
+    symlink; refuses a file that is not this run's transcript (its first record is its run_start)."""
+    try:
+        fd = os.open(transcript, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return {"transcript_error": exc.strerror or str(exc)}
+    with os.fdopen(fd, "r+b") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {"transcript_error": "not a regular file"}
+        head = f.readline(1 << 20)
+        with contextlib.suppress(ValueError):
+            if json.loads(head).get("type") == "run_start":
+                return _repair_and_end(f, reason)
+        return {"transcript_error": "not a transcript (its first record is no run_start)"}
+
+
+def _repair_and_end(f: Any, reason: dict[str, Any]) -> dict[str, Any]:
+    size = f.seek(0, os.SEEK_END)
+    tail_start = max(0, size - (1 << 20))
+    f.seek(tail_start)
+    tail = f.read()
+    cut = tail.rfind(b"\n") + 1  # the end of the last whole line
+    extra: dict[str, Any] = {}
+    if cut < len(tail):
+        torn = tail[cut:]
+        extra["torn_tail"] = {"bytes": len(torn), "text": torn[:_TORN_KEEP].decode("utf-8", errors="replace")}
+        f.truncate(tail_start + cut)
+    last = _last_record(tail[:cut])
+    if last.get("type") == "terminal":
+        return {"already_ended": True, **extra}
+    record = {"seq": int(last.get("seq") or 0) + 1, "t": last.get("t"), "type": "terminal", "terminal": "Failed",
+              "reason": {**reason, **extra}, "tasks": []}  # fmt: skip
+    f.seek(0, os.SEEK_END)
+    f.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+    return extra
+
+
+def _last_record(data: bytes) -> dict[str, Any]:
+    for line in reversed(data.splitlines()):
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                return record
+    return {}
 
 
 def _identity(pid: int) -> dict[str, Any]:
@@ -75,31 +201,11 @@ def _identity(pid: int) -> dict[str, Any]:
         return {"pid": pid, "started": None}
 
 
-def _alive(identity: dict[str, Any] | None) -> bool:
-    if not identity:
+def _alive(identity: Any) -> bool:
+    if not isinstance(identity, dict):
         return False
     try:
-        process = psutil.Process(identity["pid"])
+        process = psutil.Process(int(identity["pid"]))
         return process.create_time() == identity["started"] and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+    except (psutil.Error, KeyError, TypeError, ValueError):
         return False
-
-
-def _kill_group(identity: dict[str, Any] | None) -> bool:
-    """Kill what is left of the dead run's agent process group: the agent, or the children it left.
-
-    Members are found one by one (their group is the agent's pid, and they started after it), so
-    a pid reused since by an unrelated process group is never signalled.
-    """
-    if not identity or identity.get("started") is None:
-        return False
-    killed = False
-    for process in psutil.process_iter(["pid", "create_time"]):
-        try:
-            if os.getpgid(process.pid) != identity["pid"] or process.info["create_time"] < identity["started"]:
-                continue
-            process.send_signal(signal.SIGKILL)
-            killed = True
-        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError, psutil.AccessDenied):
-            continue
-    return killed

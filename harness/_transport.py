@@ -23,12 +23,22 @@ import contextlib
 import json
 import os
 import signal
+import time
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
+from ._recovery import end_processes
 from ._transcript import Transcript
 
-__all__ = ["AgentProcess", "agent_environment"]
+__all__ = ["ARRIVAL", "AgentProcess", "agent_environment"]
+
+#: The session whose `session/prompt` was unanswered when the message being handled arrived, in
+#: wire order. The SDK handles each incoming message in a task of its own, created right after
+#: `receive()` returns it, and a task starts with a copy of the context it was created in: so a
+#: handler sees the turn as it stood when its message arrived, not when the handler gets to run.
+#: A call that arrives after the agent's answer to the prompt is therefore outside the turn.
+ARRIVAL: ContextVar[str | None] = ContextVar("loop_harness_arrival", default=None)
 
 _INHERITED_ENV = ("HOME", "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR",
                   "XDG_CACHE_HOME")  # fmt: skip
@@ -53,15 +63,19 @@ class AgentProcess:
         *,
         max_line: int = 64 << 20,
         stderr_keep: int = 64 << 10,
+        token: str = "",
     ) -> None:
         self.process = process
         self.transcript = transcript
+        self.token = token
+        self.started = time.time()
         self.failure: dict[str, Any] | None = None  # set when the agent breaks framing
         self.disconnected = asyncio.Event()  # stdout ended: EOF or framing error
         self.stderr_bytes = 0
         self._max_line = max_line
         self._stderr = bytearray()
         self._stderr_keep = stderr_keep
+        self._prompts: dict[Any, str] = {}  # unanswered session/prompt request ids -> their session
         self.exited = asyncio.Event()  # the process itself has exited (its pipes may live on)
         self.killed = False  # its group was sent a signal: it may not have exited yet, but it is done for
         self._stderr_task = asyncio.create_task(self._drain_stderr(), name="agent-stderr")
@@ -69,7 +83,7 @@ class AgentProcess:
 
     @classmethod
     async def spawn(
-        cls, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], transcript: Transcript
+        cls, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], transcript: Transcript, token: str = ""
     ) -> AgentProcess:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -82,7 +96,7 @@ class AgentProcess:
             limit=1 << 20,
         )
         transcript.record("agent_start", pid=process.pid, argv=list(argv))
-        return cls(process, transcript)
+        return cls(process, transcript, token=token)
 
     @property
     def pid(self) -> int:
@@ -94,12 +108,19 @@ class AgentProcess:
         data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
         stdin = self.process.stdin
         if stdin is None or stdin.is_closing():
+            if "method" not in message:  # an answer the agent is no longer there to read: nothing is lost
+                self.transcript.record("rpc_undelivered", msg=message)
+                return
             raise ConnectionError("agent stdin is closed")
+        if message.get("method") == "session/prompt":
+            self._prompts[message.get("id")] = (message.get("params") or {}).get("sessionId")
         self.transcript.record("rpc", dir="out", msg=message)
         try:
             stdin.write(data)
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
+            if "method" not in message:
+                return  # the agent died before reading our answer: recorded above, nothing more to do
             raise ConnectionError(f"agent stdin is closed ({exc})") from None
 
     async def receive(self) -> dict[str, Any] | None:
@@ -116,8 +137,15 @@ class AgentProcess:
                 self.disconnected.set()
                 return None
             self.transcript.record("rpc", dir="in", msg=message)
+            if "method" not in message:
+                self._prompts.pop(message.get("id"), None)  # a prompt's answer ends its turn here
+            ARRIVAL.set(next(iter(self._prompts.values()), None))
             return message
         return None
+
+    def forget_prompts(self) -> None:
+        """The kernel gave up on its prompt (cancel, timeout): whatever arrives now is outside a turn."""
+        self._prompts.clear()
 
     async def close(self) -> None:
         stdin = self.process.stdin
@@ -233,6 +261,7 @@ class AgentProcess:
             self.kill_group(signal.SIGTERM)
             status = await self.wait_exit(2.0)
         self.kill_group(signal.SIGKILL)  # grandchildren too, even when the leader exited
+        ended = end_processes(self.token, since=self.started) if self.token else []  # and those that left the group
         if status is None:
             status = await self.wait_exit(5.0)
         # Read stdout and stderr to EOF so their pipes close while the loop still runs (bounded:
@@ -243,5 +272,6 @@ class AgentProcess:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self.transcript.record("agent_exit", pid=self.pid, status=status, stderr_bytes=self.stderr_bytes)
+        self.transcript.record("agent_exit", pid=self.pid, status=status, stderr_bytes=self.stderr_bytes,
+                               **({"processes_ended": ended} if ended else {}))  # fmt: skip
         return status

@@ -134,6 +134,11 @@ class ScriptedAgent:
         except EOFError:
             return
         self.wire.respond(request_id, {"stopReason": reason})
+        if turn.after_stop:  # calls that come after the turn's answer (a misbehaving agent)
+            try:
+                _Player(self, session, Turn(turn.after_stop), text).play()
+            except EOFError:
+                return
 
 
 class _Player:
@@ -189,10 +194,12 @@ class _Player:
     def _message(self, text: str) -> None:
         self._update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
 
-    def _client_request(self, method: str, params: dict[str, Any], on_error: str) -> Any:
+    def _client_request(
+        self, method: str, params: dict[str, Any], on_error: str, session_id: str | None = None
+    ) -> Any:
         assert self.session is not None
         try:
-            return self.wire.request(method, {"sessionId": self.session.id, **params})
+            return self.wire.request(method, {"sessionId": session_id or self.session.id, **params})
         except RemoteError as exc:
             self._message(f"{method} failed: {exc}")
             if on_error == "continue":
@@ -266,7 +273,7 @@ class _Player:
 
     def _step_write(self, spec: dict[str, Any]) -> None:
         params = {"path": self._abs(spec["path"]), "content": spec.get("content", "")}
-        self._client_request("fs/write_text_file", params, spec.get("on_error", "end_turn"))
+        self._client_request("fs/write_text_file", params, spec.get("on_error", "end_turn"), spec.get("session"))
 
     def _step_read(self, spec: dict[str, Any]) -> None:
         params: dict[str, Any] = {"path": self._abs(spec["path"])}
@@ -287,7 +294,7 @@ class _Player:
             params["env"] = [{"name": k, "value": str(v)} for k, v in spec["env"].items()]
         if "output_byte_limit" in spec:
             params["outputByteLimit"] = spec["output_byte_limit"]
-        created = self._client_request("terminal/create", params, spec.get("on_error", "end_turn"))
+        created = self._client_request("terminal/create", params, spec.get("on_error", "end_turn"), spec.get("session"))
         if created is None:
             return
         terminal = {"terminalId": created["terminalId"]}

@@ -90,13 +90,13 @@ def test_protected_files_beyond_the_defaults(worktree):
     ("command", "allowed", "rule_ids_or_why"),
     [
         ("git status", True, ("git",)),
-        (["git", "commit", "-m", "a; rm -rf /"], True, ("git",)),  # argv: no shell, literal args
+        (["git", "commit", "-m", "a; rm -rf"], True, ("git",)),  # argv: no shell, literal args
         (["/bin/bash", "-lc", "git add -A && git commit -m x"], True, ("git",)),  # Codex's wrapper
         ("git status && rm -rf src", False, "unmatched"),  # a chain behind an allowed command
         ("git status; curl http://x", False, "unmatched"),
-        ("git log | sh", False, "unmatched"),
+        ("git log | sh", False, "unparseable"),  # sh reads its commands from the pipe
         ("(cd src && ls) || git status", False, "unmatched"),  # cd is not allowed
-        ("ls && git status\nls src", True, ("ls", "git")),
+        ("ls && git status\nls src", True, ("ls", "git", "read-all")),  # `src` is read
         ("git push origin main", False, "denied"),
         ("git $(echo push)", False, "unparseable"),
         ("git `whoami`", False, "unparseable"),
@@ -166,16 +166,18 @@ def test_an_empty_policy_reaches_only_what_a_person_approved(worktree):
     assert policy.judge_write("src/a.txt").reason["kind"] == "not_approved"
     assert policy.judge_execute("touch pwned").reason["kind"] == "not_approved"
 
-    policy.approve({"kind": "edit", "locations": [{"path": "src/a.txt"}]})
-    policy.approve({"kind": "execute", "rawInput": {"command": ["bash", "-lc", "git status"]}})
-    assert policy.judge_write("src/a.txt").rule_ids == ("interactive",)
-    assert policy.judge_execute("git", ["status"]).allowed
-    assert policy.judge_write("src/b.txt").reason["kind"] == "not_approved"
-    assert policy.judge_write("/etc/passwd").reason["kind"] == "outside_worktree"
-    assert policy.judge_write(".git/config").reason["kind"] == "protected_path"
-
-    policy.forget_approvals()  # the turn ended
-    assert policy.judge_write("src/a.txt").reason["kind"] == "not_approved"
+    approved = policy.approvals({"kind": "edit", "locations": [{"path": "src/a.txt"}]}) | policy.approvals(
+        {"kind": "execute", "rawInput": {"command": ["bash", "-lc", "git status > src/log.txt"]}}
+    )
+    assert policy.judge_write("src/a.txt", approvals=approved).rule_ids == ("interactive",)
+    assert policy.judge_execute("git", ["status"], approvals=approved).allowed
+    assert policy.judge_execute("git status > src/log.txt", approvals=approved).allowed  # as the person saw it
+    assert policy.judge_execute("git status > .git/config", approvals=approved).reason["kind"] == "protected_path"
+    assert policy.judge_execute("git", ["push"], approvals=approved).reason["kind"] == "not_approved"
+    assert policy.judge_write("src/b.txt", approvals=approved).reason["kind"] == "not_approved"
+    assert policy.judge_write("/etc/passwd", approvals=approved).reason["kind"] == "outside_worktree"
+    assert policy.judge_write(".git/config", approvals=approved).reason["kind"] == "protected_path"
+    assert policy.judge_write("src/a.txt").reason["kind"] == "not_approved"  # approvals are the turn's only
 
 
 @pytest.mark.parametrize(

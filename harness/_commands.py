@@ -1,0 +1,323 @@
+"""What a simple command's arguments name: the paths it reads and writes, where it runs, and what
+execute patterns are matched against.
+
+An execute rule allows a program; the files it reaches are named by its arguments. This module
+reads them, so the policy can judge each one as the read or write it is:
+
+* every operand, every `--option=VALUE` or `key=VALUE` value, every `-xVALUE` glued value and every
+  `@file` is a path *candidate*: it is judged when it names a path (it holds a `/`, is `.` or
+  `..`, or exists), as a read unless the program is known to write it;
+* programs known to write their operands (`rm`, `touch`, `tee`, `cp`'s target, `sed -i`, ...) and
+  options known to name outputs (`--output`, `--log-file`, pytest's `--basetemp`, git's
+  `--output`) are judged as writes, whether or not the path exists;
+* options that make a program run another program or load code the policy never sees
+  (`git -c`, `git --upload-pack`, `git rebase --exec`, `pytest -p`, ...) are refused;
+* `git` global options are dropped before matching (`git --no-pager push` is `git push` to a
+  `git push*` deny rule), and `git -C DIR` is judged as the directory the command runs in.
+
+URLs other than `file:` name no local path and are left to the network's own bounds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["CommandFacts", "PathArg", "Refused", "analyze"]
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+#: Options whose value is written, for any program.
+_OUTPUT_OPTIONS = frozenset({"--output", "--output-file", "--outfile", "--out-file", "--log-file", "--logfile"})
+#: Programs that write (create, change or delete) every operand.
+_WRITES_OPERANDS = frozenset({"rm", "rmdir", "unlink", "touch", "mkdir", "mkfifo", "mknod", "tee", "truncate",
+                              "shred", "mv"})  # fmt: skip
+#: Programs whose first operand is not a path (a mode or an owner) and that write the rest.
+_WRITES_AFTER_FIRST = frozenset({"chmod", "chown", "chgrp"})
+#: Programs that write their last operand (the destination).
+_WRITES_LAST = frozenset({"cp", "ln", "install", "rsync", "scp"})
+#: Programs that never read what is inside a directory they are given (`ls` lists names): a read deny
+#: below a directory does not stop them from naming it.
+_NAMES_ONLY = frozenset({"ls", "cat", "head", "tail", "wc", "stat", "file", "cd", "pushd", "dirname", "basename",
+                         "realpath", "readlink", "test"})  # fmt: skip
+#: Programs whose `-o FILE` is an output file.
+_DASH_O_OUTPUT = frozenset({"cc", "gcc", "g++", "clang", "clang++", "c++", "sort", "curl", "ld", "as", "cython"})
+#: Programs whose `-t DIR` / `--target-directory=DIR` is where they write.
+_TARGET_DIRECTORY = frozenset({"cp", "mv", "ln", "install"})
+#: Options that make a common program run another program: refused whatever a rule says.
+_EXEC_OPTIONS = {
+    "find": ("-exec", "-execdir", "-ok", "-okdir"),
+    "rsync": ("-e", "--rsh", "--rsync-path"),
+    "tar": ("--to-command", "-I", "--use-compress-program", "--checkpoint-action", "--info-script",
+            "--new-volume-script", "-F"),
+    "sort": ("--compress-program",),
+}  # fmt: skip
+#: find's actions that write: `-delete` removes what it finds; `-fprint FILE` and friends write FILE.
+_FIND_WRITES = ("-fprint", "-fprint0", "-fprintf", "-fls")
+
+_GIT_HARMLESS_GLOBALS = frozenset({"--no-pager", "-P", "-p", "--paginate", "--no-replace-objects",
+                                   "--literal-pathspecs", "--glob-pathspecs", "--noglob-pathspecs",
+                                   "--icase-pathspecs", "--no-optional-locks", "--no-lazy-fetch",
+                                   "--no-advice"})  # fmt: skip
+#: Subcommands that create repositories (whose config is code git runs), run programs they are
+#: given, or serve the repository: refused whatever a rule says.
+_GIT_REFUSED = {
+    **dict.fromkeys(("init", "clone", "submodule", "worktree"), "creates a repository inside the worktree"),
+    **dict.fromkeys(("filter-branch", "difftool", "mergetool", "daemon", "instaweb", "send-email", "hook",
+                     "credential", "credential-cache", "credential-store", "web--browse", "upload-pack",
+                     "receive-pack", "upload-archive", "shell", "remote-ext", "remote-fd", "imap-send",
+                     "cvsimport", "cvsserver", "cvsexportcommit", "svn", "p4", "archimport", "quiltimport"),
+                    "runs programs or serves the repository"),
+}  # fmt: skip
+#: git options whose value is a command git runs, per subcommand ("*": any).
+_GIT_EXEC_OPTIONS = {
+    "*": ("--upload-pack", "--receive-pack", "--exec", "--ext-diff-cmd"),
+    "rebase": ("-x", "--exec"),
+    "grep": ("-O", "--open-files-in-pager"),
+    "ls-remote": ("-u",),
+    "fetch": (),
+}
+_GIT_CONFIG_READS = frozenset({"--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list", "-l", "get", "list"})
+_GIT_CONFIG_FLAGS = frozenset({"--show-origin", "--show-scope", "--local", "--null", "-z", "--name-only",
+                               "--includes", "--no-includes", "--bool", "--int", "--path"})  # fmt: skip
+_GIT_REMOTE_READS = frozenset({"-v", "--verbose", "show", "get-url"})
+
+_PYTEST_WRITES = frozenset({"--basetemp", "--junitxml", "--junit-xml", "--log-file", "--resultlog", "--result-log",
+                            "--report-log", "--html", "--rootdir", "--debug"})  # fmt: skip
+_PYTEST_REFUSED = {"--pastebin": "sends output to a pastebin service"}
+
+
+class Refused(ValueError):
+    """An argument makes the program run or load something the policy cannot judge."""
+
+
+@dataclass(frozen=True)
+class PathArg:
+    text: str
+    write: bool = False
+    certain: bool = False  # judged even when it neither exists nor holds a `/`
+    recursive: bool = True  # a directory named here may be read whole (a read deny below it applies)
+
+
+@dataclass(frozen=True)
+class CommandFacts:
+    match_text: str  # what execute patterns are matched against
+    paths: tuple[PathArg, ...] = ()
+    directory: str | None = None  # where the program runs, relative to the command's cwd (`git -C`)
+    changes_directory: str | None = None  # `cd DIR` / `pushd DIR`: later commands may run in DIR
+
+
+def analyze(words: Sequence[str]) -> CommandFacts:
+    """The facts of one simple command (non-empty `words`, after quote removal)."""
+    program = os.path.basename(words[0])
+    args = list(words[1:])
+    if program in ("cd", "pushd"):
+        return _cd(words)
+    if program == "popd":  # back to a directory the script was already in
+        return CommandFacts(shlex.join(words))
+    if program == "git":
+        return _git(words)
+    if program in ("pytest", "py.test"):
+        return _pytest(words, args)
+    if program.startswith("python") and args[:2] == ["-m", "pytest"]:
+        return _pytest(words, args[2:])
+    paths = _generic(program, args)
+    if program in _NAMES_ONLY:
+        paths = [PathArg(p.text, p.write, p.certain, recursive=False) for p in paths]
+    return CommandFacts(shlex.join(words), tuple(paths))
+
+
+def names_path(candidate: PathArg, exists: bool) -> bool:
+    """Whether a candidate is judged as a path: known to be one, holding a `/`, or existing."""
+    text = candidate.text
+    return bool(text) and (candidate.certain or "/" in text or text in (".", "..") or exists)
+
+
+# --- programs ----------------------------------------------------------------------------------
+
+
+def _cd(words: Sequence[str]) -> CommandFacts:
+    operands = [w for w in words[1:] if w not in ("-P", "-L", "-e", "-@", "--")]
+    if len(operands) != 1 or operands[0] == "-" or operands[0].startswith("-") or operands[0].startswith("+"):
+        # `cd` alone goes to $HOME, `cd -` to $OLDPWD, `pushd +N` through the stack: places not on the page
+        raise Refused(f"{words[0]} to a place the policy cannot name")
+    target = operands[0]
+    return CommandFacts(shlex.join(words), (PathArg(target, certain=True, recursive=False),), changes_directory=target)
+
+
+def _git(words: Sequence[str]) -> CommandFacts:
+    args = list(words[1:])
+    directory: str | None = None
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] not in ("--version", "--help", "-h", "-v"):
+        arg = args[i]
+        if arg == "-C":
+            if i + 1 >= len(args):
+                raise Refused("git -C without a directory")
+            directory = os.path.join(directory, args[i + 1]) if directory else args[i + 1]
+            i += 2
+            continue
+        if arg not in _GIT_HARMLESS_GLOBALS:
+            raise Refused(f"git {arg.split('=')[0]} changes git's configuration, repository or programs")
+        i += 1
+    sub = args[i] if i < len(args) else ""
+    rest = args[i + 1 :]
+    if sub in _GIT_REFUSED:
+        raise Refused(f"git {sub} {_GIT_REFUSED[sub]}")
+    if sub == "config" and not _git_config_reads(rest):
+        raise Refused("git config writes git's configuration (only --get, --list and friends are judged)")
+    if sub == "remote" and rest and rest[0] not in _GIT_REMOTE_READS:
+        raise Refused(f"git remote {rest[0]} writes git's configuration")
+    if sub == "bisect" and rest[:1] == ["run"]:
+        raise Refused("git bisect run runs a program")
+    for option in (*_GIT_EXEC_OPTIONS["*"], *_GIT_EXEC_OPTIONS.get(sub, ())):
+        for arg in rest:
+            if arg == option or arg.startswith(option + "=") or (len(option) == 2 and arg.startswith(option)):
+                raise Refused(f"git {sub} {option} runs a program")
+    paths = _generic("git-" + sub, rest)
+    paths += _option_values(rest, {"--output-directory": True, "-o": sub in ("format-patch", "archive")})
+    if sub == "bundle" and rest[:1] == ["create"] and len(rest) > 1:
+        paths.append(PathArg(rest[1], write=True, certain=True))
+    if directory is not None:
+        paths.append(PathArg(directory, certain=True))
+    return CommandFacts(shlex.join(["git", *args[i:]]), tuple(dict.fromkeys(paths)), directory=directory)
+
+
+def _git_config_reads(rest: Sequence[str]) -> bool:
+    operands = [a for a in rest if not a.startswith("-") and a not in ("get", "list")]
+    options = [a for a in rest if a not in operands]
+    reads = [a for a in options if a in _GIT_CONFIG_READS]
+    others = [a for a in options if a not in _GIT_CONFIG_READS and a not in _GIT_CONFIG_FLAGS]
+    if others or len(reads) > 1:
+        return False
+    if reads and reads[0] in ("--list", "-l", "list"):
+        return not operands
+    return len(operands) == 1 or (reads[:1] == ["--get-regexp"] and len(operands) <= 2)
+
+
+def _pytest(words: Sequence[str], args: Sequence[str]) -> CommandFacts:
+    paths = list(_generic("pytest", args))
+    for i, arg in enumerate(args):
+        name = arg.split("=", 1)[0]
+        if name in _PYTEST_REFUSED:
+            raise Refused(f"pytest {name} {_PYTEST_REFUSED[name]}")
+        if arg.startswith("-p"):
+            plugin = arg[2:] or (args[i + 1] if i + 1 < len(args) else "")
+            if not plugin.startswith("no:"):
+                raise Refused(f"pytest -p {plugin} loads a plugin module the policy cannot judge")
+        if arg in ("-o", "--override-ini") or arg.startswith(("-o", "--override-ini=")):
+            setting = arg.split("=", 1)[1] if arg.startswith("--override-ini=") else arg[2:] if arg != "-o" else ""
+            if not setting or arg == "--override-ini":
+                setting = args[i + 1] if i + 1 < len(args) else ""
+            key, _, value = setting.partition("=")
+            if key.strip() == "addopts":
+                raise Refused("pytest -o addopts=... adds options the policy cannot judge")
+            if value:
+                paths.append(PathArg(value, write=True))
+    paths += _option_values(args, dict.fromkeys(_PYTEST_WRITES, True))
+    for arg in args:
+        if arg.startswith("--cov-report=") and ":" in arg:
+            paths.append(PathArg(arg.split(":", 1)[1], write=True, certain=True))
+    return CommandFacts(shlex.join(words), tuple(dict.fromkeys(paths)))
+
+
+def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
+    """Path candidates of any program: operands, option values, `key=value` values, `@file`."""
+    for option in _EXEC_OPTIONS.get(program, ()):
+        if any(a == option or a.startswith(option + "=") for a in args):
+            raise Refused(f"{program} {option} runs a program the policy cannot judge")
+    if program == "sed":
+        args = _sed_operands(args)
+    writes_operands = program in _WRITES_OPERANDS or (program == "sed" and _sed_in_place(args))
+    writes_operands = writes_operands or (program == "find" and "-delete" in args)
+    operands: list[str] = []
+    paths: list[PathArg] = []
+    options_done = False
+    for arg in args:
+        if not options_done and arg == "--":
+            options_done = True
+            continue
+        if not options_done and arg.startswith("-") and len(arg) > 1:
+            name, eq, value = arg.partition("=")
+            if eq:
+                paths.append(_candidate(value, write=name in _OUTPUT_OPTIONS))
+            elif not arg.startswith("--") and len(arg) > 2:
+                paths.append(_candidate(arg[2:], write=arg[:2] == "-o" and program in _DASH_O_OUTPUT))
+            continue
+        operands.append(arg)
+        if "=" in arg:
+            paths.append(_candidate(arg.split("=", 1)[1], write=program == "dd" and arg.startswith("of=")))
+        if arg.startswith("@"):
+            paths.append(_candidate(arg[1:]))
+    for index, operand in enumerate(operands):
+        if program in _WRITES_AFTER_FIRST and index == 0:
+            continue  # a mode or an owner
+        write = writes_operands or (program in _WRITES_AFTER_FIRST)
+        write = write or (program in _WRITES_LAST and index == len(operands) - 1 and len(operands) > 1)
+        paths.append(_candidate(operand, write=write, certain=write))
+    writes = dict.fromkeys(_OUTPUT_OPTIONS, True)
+    if program in _DASH_O_OUTPUT:
+        writes["-o"] = True
+    if program in _TARGET_DIRECTORY:
+        writes.update({"-t": True, "--target-directory": True})
+    if program == "find":
+        writes.update(dict.fromkeys(_FIND_WRITES, True))
+    paths += _option_values(args, writes)
+    return list(dict.fromkeys(p for p in paths if p.text))
+
+
+def _sed_operands(args: Sequence[str]) -> list[str]:
+    """sed's arguments without its script: the values of -e/-f, or else its first operand."""
+    kept: list[str] = []
+    script_given = False
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in ("-e", "--expression", "-f", "--file"):
+            script_given = skip = True
+            continue
+        if arg.startswith(("--expression=", "--file=")) or (arg[:2] in ("-e", "-f") and len(arg) > 2):
+            script_given = True
+            continue
+        if not script_given and not arg.startswith("-"):
+            script_given = True  # the script itself
+            continue
+        kept.append(arg)
+    return kept
+
+
+def _option_values(args: Sequence[str], options: dict[str, bool]) -> list[PathArg]:
+    """Values of `--opt VALUE` / `--opt=VALUE` / `-oVALUE` for the options given (True: written)."""
+    found: list[PathArg] = []
+    for i, arg in enumerate(args):
+        for option, write in options.items():
+            if not write:
+                continue
+            if arg == option and i + 1 < len(args):
+                found.append(_candidate(args[i + 1], write=True, certain=True))
+            elif arg.startswith(option + "=") and len(option) > 2:
+                found.append(_candidate(arg.split("=", 1)[1], write=True, certain=True))
+            elif len(option) == 2 and arg.startswith(option) and len(arg) > 2 and not arg.startswith("--"):
+                found.append(_candidate(arg[2:], write=True, certain=True))
+    return found
+
+
+def _candidate(text: str, *, write: bool = False, certain: bool = False) -> PathArg:
+    """A path candidate; a URL names no local path unless it is a `file:` URL."""
+    if _URL.match(text):
+        if not text.lower().startswith("file://"):
+            return PathArg("")
+        return PathArg(text[len("file://") :] or "/", write, certain=True)
+    if text.lower().startswith("file:"):
+        return PathArg(text[len("file:") :] or "/", write, certain=True)
+    return PathArg(text, write, certain or write)
+
+
+def _sed_in_place(args: Sequence[str]) -> bool:
+    return any(a == "-i" or a.startswith("--in-place") or (a.startswith("-i") and not a.startswith("--"))
+               or (a.startswith("-") and not a.startswith("--") and "i" in a[1:] and "e" not in a[1:])
+               for a in args)  # fmt: skip

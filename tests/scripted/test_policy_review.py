@@ -1,0 +1,463 @@
+"""The classes of attack an adversarial review found under a careful user's policy (issue 8).
+
+The policy of the review: `read **`, `write src/**`, a denied `src/secret/**`, and execute
+`git status`, `git log *`, `git diff *`, `ls *`, `cat *`, `python -m pytest *`. Each class is a
+table of variants judged by the policy as a pure function, and the worst of each goes through the
+kernel with a real agent process, checking that the effect did not happen. The last table is the
+other side: what a careful user allows must still work.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from harness import Policy, Terminal
+from harness._config import RuleConfig
+from harness._policy import Turn
+from harness._shell import Unparseable, parse_script
+from harness.pytest_plugin import LOOP_SCRIPTED
+from scripted_agents.presets import commit_step, scenario, turn, write_turn
+
+pytestmark = LOOP_SCRIPTED
+
+CAREFUL = [
+    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+    {"id": "no-secret", "kind": "write", "paths": ["src/secret/**"], "decision": "deny"},
+    {"id": "no-secret-read", "kind": "read", "paths": ["src/secret/**"], "decision": "deny"},
+    {"id": "status", "kind": "execute", "commands": ["git status"], "decision": "allow"},
+    {"id": "log", "kind": "execute", "commands": ["git log *"], "decision": "allow"},
+    {"id": "diff", "kind": "execute", "commands": ["git diff *"], "decision": "allow"},
+    {"id": "ls", "kind": "execute", "commands": ["ls", "ls *"], "decision": "allow"},
+    {"id": "cat", "kind": "execute", "commands": ["cat", "cat *"], "decision": "allow"},
+    {"id": "pytest", "kind": "execute", "commands": ["python -m pytest *"], "decision": "allow"},
+    {"id": "api", "kind": "network", "hosts": ["api.github.com"], "decision": "allow"},
+]
+
+
+@pytest.fixture(name="worktree")
+def worktree_fixture(tmp_path):
+    root = tmp_path / "wt"
+    for directory in ("src/secret", "src/ls\r", ".git/hooks", "docs"):
+        (root / directory).mkdir(parents=True)
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "src" / "a.txt").write_text("a\n")
+    (root / "src" / "secret" / "key").write_text("key\n")
+    (tmp_path / "outside.txt").write_text("outside\n")
+    return root
+
+
+@pytest.fixture(name="policy")
+def policy_fixture(worktree):
+    return Policy([RuleConfig.model_validate(r) for r in CAREFUL], worktree)
+
+
+def refused(verdict, *kinds):
+    assert not verdict.allowed, verdict
+    assert verdict.reason["kind"] in kinds, verdict.reason
+    return verdict
+
+
+# --- 1. the lexer is bash's -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "ls\r/../../../../../../usr/bin/touch pwned",  # bash runs a program named `ls\r/../..`
+        "ls\x0b/../../usr/bin/touch pwned",
+        "ls\x0c/../../usr/bin/touch pwned",
+        "ls\r;touch pwned",  # `ls\r` is one word for bash: the allowed `ls` never runs
+        "cat src/a.txt\r> .git/config",  # `src/a.txt\r` is the argument, `.git/config` the target
+        "ls > src/ok\r/../../.git/config",  # the target is one word: it resolves into .git
+        "ls src/a.txt\x00; touch pwned",
+        "ls \ud800",
+    ],
+    ids=["cr-path", "vt-path", "ff-path", "cr-semicolon", "cr-redirect", "cr-target", "nul", "surrogate"],
+)
+def test_bytes_bash_keeps_inside_a_word_stay_inside_it(policy, script):
+    refused(
+        policy.judge_execute(["bash", "-lc", script]), "unmatched", "unparseable", "protected_path", "outside_worktree"
+    )
+
+
+@pytest.mark.parametrize(
+    ("script", "words"),
+    [
+        ("ls\ra b", [["ls\ra", "b"]]),
+        ("ls\x0b\x0cx", [["ls\x0b\x0cx"]]),
+        ("ls\u00a0src", [["ls\u00a0src"]]),  # a no-break space is no blank for bash either
+        ("git status 2>&1 | cat", [["git", "status"], ["cat"]]),
+        ("ls 'a b' \"c d\" e'f'g", [["ls", "a b", "c d", "efg"]]),
+    ],
+)
+def test_words_are_split_where_bash_splits_them(script, words):
+    assert [list(c.words) for c in parse_script(script).commands if c.words] == words
+
+
+_FUZZ_PIECES = ["aa", "bb", "cc", "dd", "x=y", "'q r'", '"s t"', "'", '"', " ", " ", "\t", "\r", "\x0b", "\x0c",
+                "\u00a0", "é", ";", "&", "&&", "|", "||", "|&", "\n", "(", ")", "#", "-e", "=", "2"]  # fmt: skip
+BASH = shutil.which("bash") or "/bin/bash"
+_BASH_BUILTINS = frozenset(subprocess.run([BASH, "-c", "compgen -b -k"], capture_output=True, text=True).stdout.split())
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the differential check needs bash")
+def test_every_command_bash_runs_is_one_the_policy_judged(tmp_path):
+    """Differential: random scripts from the bytes that matter run through real bash, whose
+    command_not_found_handle logs each argv it would run; every one must be among the commands the
+    parser returned (pipes and `&` reorder them, `||` may skip some: a multiset inclusion)."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    logs = tmp_path / "argv"
+    prelude = tmp_path / "prelude.sh"  # one file per command run: pipelines run them concurrently
+    prelude.write_text(f"command_not_found_handle() {{ n=$((n+1)); printf '%s\\037' \"$@\" > {logs}/$BASHPID.$n; }}\n")
+    rng = random.Random(8)
+    judged = compared = 0
+    for _ in range(400):
+        script = "".join(rng.choice(_FUZZ_PIECES) for _ in range(rng.randint(1, 10)))
+        try:
+            commands = [c.words for c in parse_script(script).commands if c.words]
+        except Unparseable:
+            continue
+        judged += 1
+        if any(c[0] in _BASH_BUILTINS for c in commands):
+            continue
+        shutil.rmtree(logs, ignore_errors=True)
+        logs.mkdir()
+        env = {"PATH": str(empty), "BASH_ENV": str(prelude), "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+        subprocess.run([BASH, "-c", script], cwd=tmp_path, env=env, capture_output=True, timeout=10,
+                       stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        # bytes, not text: universal newlines would turn \r into \n
+        ran = [tuple(f.read_bytes().decode().split("\x1f")[:-1]) for f in logs.iterdir()]
+        remaining = list(commands)
+        for argv in ran:
+            assert argv in remaining, f"bash ran {argv!r} for {script!r}; the policy judged {commands!r}"
+            remaining.remove(argv)
+        compared += 1
+    assert judged > 100 and compared > 80, (judged, compared)
+
+
+# --- 2. shell options are bash's ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bash", "-", "-c", "ls src"],  # `-` ends the options: bash runs a file named -c
+        ["sh", "-", "-c", "ls src"],
+        ["bash", "--", "-c", "ls src"],
+        ["bash", "-s", "-c", "ls src"],  # reads its commands from stdin
+        ["bash", "-i", "-c", "ls src"],  # interactive: aliases, history, ~/.bashrc
+        ["bash", "-O", "extglob", "-c", "ls src"],  # changes how the script is parsed
+        ["bash", "-o", "history", "-c", "ls src"],
+        ["bash", "+O", "extglob", "-c", "ls src"],
+        ["bash", "--rcfile", "src/rc", "-c", "ls src"],
+        ["bash", "-k", "-c", "ls src"],  # -k: assignments anywhere reach the environment
+        ["bash", "-c"],
+        ["bash"],  # reads stdin
+        ["bash", "check.sh", "ls src"],  # runs the script file check.sh
+        ["dash", "-c", "bash -s"],
+    ],
+)
+def test_shell_options_are_parsed_as_bash_parses_them(policy, argv):
+    refused(policy.judge_execute(argv), "unparseable", "unmatched")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["bash", "-lc", "ls src"], ["bash", "-c", "-l", "ls src"], ["bash", "-euo", "pipefail", "-c", "ls src"],
+     ["sh", "-c", "ls src", "arg0"], ["bash", "--noprofile", "--norc", "-ec", "ls src"],
+     ["bash", "-c", "--", "ls src"]],
+)  # fmt: skip
+def test_the_usual_wrappers_are_unwrapped(policy, argv):
+    assert policy.judge_execute(argv).allowed
+
+
+def test_a_script_file_named_like_an_option_never_runs(scripted_scenario, harness_config, run_loop, harness_workspace):
+    plant = write_turn("src/-c", "touch pwned\n")["steps"]
+    sneaky = {"terminal": {"command": "bash", "args": ["-", "-c", "ls src"], "cwd": "src"}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(*plant, sneaky)]})), rules=CAREFUL))
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] == "unmatched"
+    assert not (harness_workspace.path / "src" / "pwned").exists()
+
+
+# --- 3. nested repositories -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"kind": "edit", "locations": [{"path": "src/sub/.git/config"}]},
+        {"kind": "edit", "locations": [{"path": "src/sub/.git"}]},  # a gitfile pointing anywhere
+        {"kind": "edit", "rawInput": {"changes": {"src/sub/.git/hooks/post-checkout": {}}}},
+        {"kind": "move", "rawInput": {"source": "src/a.txt", "destination": "src/x/.GIT/config"}},
+        {"kind": "execute", "rawInput": {"command": "cat src/a.txt > src/sub/.git/config"}},
+    ],
+)
+def test_no_git_directory_is_writable_at_any_depth(policy, request_):
+    refused(policy.judge_tool_call(request_), "protected_path")
+
+
+@pytest.mark.parametrize(
+    ("plant", "command", "cwd"),
+    [
+        ("src/sub/.git/config", "git status", "src/sub"),
+        ("src/sub/.git/config", "git status", "src/sub/deeper"),
+        ("src/sub/.git", "git diff HEAD", "src/sub"),  # a gitfile
+        ("src/bare/HEAD", "git log -1", "src/bare"),  # a bare repository: HEAD, objects/, refs/
+        ("src/sub/.git/config", "ls", "src/sub"),  # any program may run git (pytest plugins, make)
+    ],
+)
+def test_commands_inside_a_nested_repository_are_refused(policy, worktree, plant, command, cwd):
+    (worktree / plant).parent.mkdir(parents=True, exist_ok=True)
+    (worktree / plant).write_text("[core]\n\tfsmonitor = touch pwned\n")
+    (worktree / "src" / "bare" / "objects").mkdir(parents=True, exist_ok=True)
+    (worktree / "src" / "bare" / "refs").mkdir(exist_ok=True)
+    (worktree / cwd).mkdir(parents=True, exist_ok=True)
+    refused(policy.judge_execute(command, cwd=str(worktree / cwd)), "nested_repository")
+    with_cd = Policy(
+        [*policy.rules, RuleConfig(id="cd", kind="execute", commands=["cd *"], decision="allow")], worktree
+    )
+    refused(with_cd.judge_execute(f"cd {cwd} && {command}"), "nested_repository")
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git init src/sub", "git clone ../x src/sub", "git submodule add ../x src/sub", "git worktree add src/w",
+     "git -c core.fsmonitor=touch status", "git --exec-path=src status", "git --git-dir=src/sub status",
+     "git config core.fsmonitor 'touch pwned'", "git remote add evil ../x"],
+)  # fmt: skip
+def test_git_that_creates_repositories_or_rewrites_config_is_refused(worktree, command):
+    everything = Policy([RuleConfig.model_validate({"id": "git", "kind": "execute", "commands": ["git *"],
+                                                    "decision": "allow"}), *_reads()], worktree)  # fmt: skip
+    refused(everything.judge_execute(command), "unsafe_argument")
+
+
+def test_an_fsmonitor_in_a_nested_repository_never_runs(scripted_scenario, harness_config, run_loop, harness_workspace):
+    ws = harness_workspace
+    subprocess.run(["git", "init", "-q", str(ws.path / "src" / "sub")], check=True)
+    marker = ws.path.parent / "fsmonitor-ran"
+    (ws.path / "src" / "sub" / ".git" / "config").write_text(f"[core]\n\tfsmonitor = touch {marker}\n")
+    ws.commit("ignore the nested repo", {".gitignore": "src/sub/\n"}, push=True)
+    status = {"terminal": {"command": "git", "args": ["status"], "cwd": "src/sub"}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(status)]})), rules=CAREFUL))
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] == "nested_repository"
+    assert not marker.exists()
+
+
+# --- 4. hard links --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["../outside.txt", ".git/config", "src/secret/key"])
+@pytest.mark.parametrize("how", ["read", "write", "cat", "redirect"])
+def test_a_hard_link_never_reaches_its_other_name(policy, worktree, target, how):
+    os.link(worktree / target, worktree / "src" / "link.txt")
+    verdict = {
+        "read": lambda: policy.judge_read("src/link.txt"),
+        "write": lambda: policy.judge_write("src/link.txt"),
+        "cat": lambda: policy.judge_execute("cat src/link.txt"),
+        "redirect": lambda: policy.judge_execute("ls > src/link.txt"),
+    }[how]()
+    refused(verdict, "hard_link")
+
+
+def test_a_hard_linked_file_is_neither_written_nor_read_through_the_kernel(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    outside = harness_workspace.path.parent / "victim.txt"
+    outside.write_text("precious\n")
+    (harness_workspace.path / "src").mkdir()
+    os.link(outside, harness_workspace.path / "src" / "link.txt")
+    harness_workspace.commit("a link", {".gitignore": "src/link.txt\n"}, push=True)
+    write = {"write": {"path": "src/link.txt", "content": "pwned\n"}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(write)]})), rules=CAREFUL))
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] == "hard_link"
+    assert outside.read_text() == "precious\n"
+
+
+# --- 5. the paths arguments name ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("git log --output=.git/config", "protected_path"),
+        ("git log --output=/tmp/x", "outside_worktree"),
+        ("git log --output docs/x", "unmatched"),  # a write no write rule allows
+        ("git diff --output=../x HEAD", "outside_worktree"),
+        ("git diff --no-index /etc/passwd src/a.txt", "outside_worktree"),
+        ("git diff --no-index ../outside.txt src/a.txt", "outside_worktree"),
+        (f"cat /proc/{os.getppid()}/environ", "proc"),
+        ("cat /proc/self/environ", "proc"),
+        ("cat src/secret/key", "denied"),  # a read deny holds for what a command reads
+        ("cat ../outside.txt", "outside_worktree"),
+        ("ls -la /", "outside_worktree"),
+        ("cat src/../src/secret/key", "denied"),
+        ("git log -p -- src", "denied"),  # src is read whole, src/secret with it
+        ("python -m pytest -p src.evil", "unsafe_argument"),
+        ("python -m pytest -psrc.evil", "unsafe_argument"),
+        ("python -m pytest --rootdir=/tmp", "outside_worktree"),
+        ("python -m pytest -o cache_dir=/tmp/cache", "outside_worktree"),
+        ("python -m pytest --override-ini=cache_dir=../c", "outside_worktree"),
+        ("python -m pytest -o addopts=-pevil", "unsafe_argument"),
+        ("python -m pytest --basetemp=/tmp/t", "outside_worktree"),
+        ("python -m pytest --basetemp docs/t", "unmatched"),
+        ("python -m pytest --junitxml=.git/hooks/pre-commit", "protected_path"),
+        ("git log --format=%H file:///etc/passwd", "outside_worktree"),
+    ],
+)
+def test_every_path_an_argument_names_is_judged(policy, command, why):
+    refused(policy.judge_execute(command), why)
+
+
+def test_a_basetemp_outside_is_never_deleted(scripted_scenario, harness_config, run_loop, harness_workspace, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("keep\n")
+    rules = [*CAREFUL, {"id": "py", "kind": "execute", "commands": [f"{sys.executable} -m pytest *"],
+                        "decision": "allow"}]  # fmt: skip
+    run = {"terminal": {"command": sys.executable, "args": ["-m", "pytest", f"--basetemp={victim}", "-q"]}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(run)]})), rules=rules))
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] == "outside_worktree"
+    assert (victim / "keep.txt").read_text() == "keep\n"
+
+
+def test_the_kernels_environment_is_never_read(scripted_scenario, harness_config, run_loop, harness_workspace):
+    steal = {"terminal": {"command": "cat", "args": [f"/proc/{os.getpid()}/environ"]}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(steal)]})), rules=CAREFUL))
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] == "proc"
+
+
+# --- 7. the turn gate -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("turn_", "session", "why"),
+    [
+        (Turn(None, frozenset({"s1"})), "s1", "outside_turn"),  # after the turn's answer
+        (Turn("s2", frozenset({"s1", "s2"})), "s1", "outside_turn"),  # an earlier task's session
+        (Turn("s1", frozenset({"s1"})), "s9", "unknown_session"),
+        (Turn(None, frozenset()), "s1", "unknown_session"),  # before any turn
+    ],
+)
+def test_only_the_running_turns_session_may_act(policy, turn_, session, why):
+    refused(policy.write(session, "src/ok.txt", turn_), why)
+    refused(policy.read(session, "src/a.txt", turn_), why)
+    refused(policy.terminal(session, "ls", [], {}, None, turn_), why)
+    verdict = refused(policy.permission(session, {"kind": "read", "locations": [{"path": "src/a.txt"}]},
+                                        [("ok", "allow_once"), ("no", "reject_once")], turn_), why)  # fmt: skip
+    assert verdict.option_id == "no"
+    assert policy.write("s1", "src/ok.txt", Turn("s1", frozenset({"s1"}))).allowed
+
+
+@pytest.mark.parametrize(
+    "late",
+    [{"write": {"path": "src/late.txt", "content": "late\n"}},
+     {"terminal": {"command": "ls", "args": ["src"]}},
+     {"write": {"path": "src/late.txt", "content": "late\n", "session": "sess_999"}}],
+    ids=["write", "terminal", "stray-session"],
+)  # fmt: skip
+def test_a_call_after_the_turns_answer_is_refused_and_stops_the_run(
+    scripted_scenario, harness_config, run_loop, harness_workspace, late
+):
+    done = write_turn("src/a.txt", "a\n", commit="T1")
+    done["after_stop"] = [late]
+    tasks = [{"id": "T1", "title": "one"}, {"id": "T2", "title": "two"}]
+    result = run_loop(harness_config(scripted_scenario(scenario({None: [done]})), rules=[*CAREFUL, _git_all()],
+                                     tasks=tasks))  # fmt: skip
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] in ("outside_turn", "unknown_session")
+    assert not (harness_workspace.path / "src" / "late.txt").exists()
+    assert [t.id for t in result.tasks] in (["T1"], ["T1", "T2"])  # T2 never completes after it
+    assert all(t.terminal is not Terminal.COMPLETED for t in result.tasks[1:])
+
+
+# --- 8. URL hosts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://evil.example\\@api.github.com/", "https://evil.example\\.api.github.com/",
+     "https://api.github.com@evil.example/", "https://user:pw@api.github.com/", "https:api.github.com",
+     "https://api.github.com%2f@evil.example/", "https://%61pi.github.com/", "https://api.github.com\t.evil/",
+     "https://\uff41pi.github.com/", "https://api.github.com\n/", "api.github.com@evil.example"],
+)  # fmt: skip
+def test_urls_a_whatwg_parser_reads_otherwise_are_refused(policy, url):
+    refused(policy.judge_tool_call({"kind": "fetch", "rawInput": {"url": url}}), "unparseable", "unmatched")
+
+
+@pytest.mark.parametrize("url", ["https://api.github.com/repos/x", "https://API.github.com:443/x", "api.github.com"])
+def test_plain_urls_reach_their_host(policy, url):
+    assert policy.judge_tool_call({"kind": "fetch", "rawInput": {"url": url}}).allowed
+
+
+# --- 9. hidden changes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "hider",
+    [{"src/.gitignore": "*\n"}, {"src/.gitignore": "/.gitignore\nleft.txt\n"},
+     {"src/deep/.gitignore": "*\n", "src/deep/x.txt": "x\n"}],
+    ids=["star", "itself", "deeper"],
+)  # fmt: skip
+def test_a_task_cannot_hide_what_it_left(scripted_scenario, harness_config, run_loop, hider):
+    writes = [{"write": {"path": path, "content": content}} for path, content in hider.items()]
+    left = turn({"tool_call": {"title": "hide", "kind": "edit", "locations": ["src/left.txt"], "permission": True}},
+                {"write": {"path": "src/left.txt", "content": "left\n"}}, *writes)  # fmt: skip
+    tasks = [{"id": "T1", "title": "one"}, {"id": "T2", "title": "two"}]
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [left], "T2": [left]})), tasks=tasks))
+
+    assert result.terminal is Terminal.BLOCKED_PRECONDITION
+    assert (result.reason["check"], result.reason["left_by_task"]) == ("git_clean_tree", "T1")
+    assert any(".gitignore" in change for change in result.reason["changes"])
+
+
+# --- no false positives ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git status", "git log --oneline -5", "ls src", "ls", "cat src/a.txt", "ls src > src/listing.txt",
+     "git status 2>&1 | cat", "git diff HEAD~1", "git log --format='%h %s' -- docs", "cat src/a.txt >> src/b.txt",
+     "git status > /dev/null 2>&1", "python -m pytest -q docs", "python -m pytest -p no:cacheprovider",
+     "git log --output=src/log.txt", "ls && git status\ncat src/a.txt"],
+)  # fmt: skip
+def test_what_a_careful_user_allows_still_works(policy, command):
+    assert policy.judge_execute(["/bin/bash", "-lc", command]).allowed, policy.judge_execute(command)
+
+
+def test_a_careful_task_still_completes(scripted_scenario, harness_config, run_loop, harness_workspace):
+    work = turn(
+        *write_turn("src/a.txt", "a\n")["steps"],
+        {"terminal": {"command": "bash", "args": ["-lc", "git status 2>&1 | cat > src/status.txt"]}},
+        {"terminal": {"command": "bash", "args": ["-lc", "ls src && cat src/a.txt"], "on_failure": "end_turn"}},
+        commit_step("T1"),
+    )
+    rules = [*CAREFUL, _git_all(), {"id": "sh", "kind": "execute", "commands": ["cat"], "decision": "allow"}]
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [work]})), rules=rules))
+    assert result.terminal is Terminal.IDLE, result.reason
+    assert (harness_workspace.path / "src" / "status.txt").read_text().startswith("On branch main")
+
+
+def _git_all():
+    return {"id": "git-all", "kind": "execute", "commands": ["git *"], "decision": "allow"}
+
+
+def _reads():
+    return [RuleConfig.model_validate(CAREFUL[0]), RuleConfig.model_validate(CAREFUL[1])]
