@@ -287,12 +287,20 @@ def load_config(path: str | Path) -> Config:
     return parse_config(_load_yaml(path, key=""), base_dir=path.parent, source=path)
 
 
+#: libyaml's loader when it is there: it reads a large queue 3-4x faster than the pure-Python one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load_yaml(path: Path, *, key: str) -> Any:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(key, f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     except OSError as exc:
         raise ConfigError(key, f"cannot read {path}: {exc.strerror}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_LOADER)  # a safe loader: plain data only
     except yaml.YAMLError as exc:
         raise ConfigError(key, f"{path} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(key, f"{path} nests too deeply to read") from None

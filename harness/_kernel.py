@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import secrets
 import time
@@ -27,6 +28,7 @@ import pygit2
 
 from ._agent_link import VERSION, AgentLink
 from ._client import InteractiveHandler, KernelClient
+from ._completed import CompletedTasks
 from ._config import Config
 from ._exceptions import ConfigError
 from ._exec import ExecHost
@@ -83,6 +85,9 @@ class Kernel:
     ) -> None:
         self.config = config
         self.provider = provider or make_provider(config.queue, trigger=config.role.trigger)
+        # The memory host forgets what it completed when its process ends: the kernel remembers (per
+        # workspace and queue, beside the transcripts) for the provider it made itself from the config.
+        self._remembers = provider is None and config.queue.provider == "memory"
         self.interactive_handler = interactive_handler
         self.transcript_path = transcript_path or default_transcript_path(config)
         self.observer = observer
@@ -239,6 +244,19 @@ class Kernel:
             return (await self._session(prompt, task=None))[0]
         return await self._drain(tasks, host, only=task_id)
 
+    def _completed_store(self) -> CompletedTasks | None:
+        if not self._remembers:
+            return None
+        # The queue: this config, as written (an edited config is a fresh record), and what it drains.
+        written = hashlib.sha256(self.config.model_dump_json(exclude={"source", "role_source"}).encode()).hexdigest()
+        queue = f"{self.config.role.trigger}:{self.config.source or 'inline'}:{written}"
+        return CompletedTasks(self.transcript_path.parent, workspace=self.config.workspace, git_dir=self._git_dir,
+                              queue=queue)  # fmt: skip
+
+    def _transcript_record(self, type: str, **fields: Any) -> None:
+        assert self._transcript is not None
+        self._transcript.record(type, **fields)
+
     def _agent_spawned(self, pid: int) -> None:
         if self._active is not None and self._marker is not None:
             self._active.agent_started(self._marker, pid)
@@ -316,6 +334,9 @@ class Kernel:
 
     async def _drain(self, tasks: list[TaskResult], host: HostCalls, *, only: str | None) -> Stop:
         completed: set[str] = set()
+        store = self._completed_store()
+        earlier = store.load() if store is not None else {}
+        skipped: set[str] = set()
         last: TaskResult | None = None
         while True:
             if self._cancel_requested:
@@ -327,13 +348,22 @@ class Kernel:
             if isinstance(listing, Stop):
                 return listing
             waiting = [t for t in listing if t.id not in completed and (only is None or t.id == only)]
+            for task in [t for t in waiting if t.id in earlier and t.id not in skipped]:  # said once per run
+                skipped.add(task.id)
+                reason = {"kind": "completed_earlier", **earlier[task.id]}
+                tasks.append(TaskResult(task.id, task.title, Terminal.COMPLETED, reason))
+                self._transcript_record("task_skipped", task={"id": task.id, "title": task.title}, reason=reason)
+                if only is not None:
+                    return Stop(Terminal.COMPLETED, reason)
+            waiting = [t for t in waiting if t.id not in skipped]
             state = self._git_state() if last is not None else None  # one read per boundary
             if last is not None:
                 last.left_changes = list(state.changes) if state else []
             if not waiting:
                 if only is not None:
                     return blocked("task_assigned", f"task {only!r} is not in the queue", task=only)
-                return Stop(Terminal.IDLE, {"kind": "queue_empty", "completed": len(completed)})
+                idle = {"kind": "queue_empty", "completed": len(completed)}
+                return Stop(Terminal.IDLE, {**idle, "skipped_completed_earlier": len(skipped)} if skipped else idle)
             if last is not None:
                 stop = await host.authorize(self.provider) or self._check_git(left_by_task=last.id, state=state)
                 if stop is not None:
@@ -344,6 +374,8 @@ class Kernel:
             if result.terminal is not Terminal.COMPLETED:
                 return Stop(result.terminal, result.reason)
             completed.add(task.id)  # skipped from now on, even if the host cannot mark it done
+            if store is not None:
+                store.add(task.id, self.transcript_path)  # and by the next run of this queue
             outcome = await host.call("mark_done", self.provider.mark_done, task)
             if isinstance(outcome, Stop):
                 result.mark_done_error = dict(outcome.reason)

@@ -194,9 +194,7 @@ class _Player:
     def _message(self, text: str) -> None:
         self._update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
 
-    def _client_request(
-        self, method: str, params: dict[str, Any], on_error: str, session_id: str | None = None
-    ) -> Any:
+    def _client_request(self, method: str, params: dict[str, Any], on_error: str, session_id: str | None = None) -> Any:
         assert self.session is not None
         try:
             return self.wire.request(method, {"sessionId": session_id or self.session.id, **params})
@@ -298,6 +296,9 @@ class _Player:
         if created is None:
             return
         terminal = {"terminalId": created["terminalId"]}
+        if not spec.get("wait", True):  # leave it running (the kernel releases it with the session)
+            self._message(f"$ {spec['command']} started as {created['terminalId']}")
+            return
         status = self._client_request("terminal/wait_for_exit", terminal, "continue") or {}
         output = self._client_request("terminal/output", terminal, "continue") or {}
         self._client_request("terminal/release", terminal, "continue")
@@ -342,8 +343,9 @@ class _Player:
         """Start a child that inherits our stdio (so it holds the pipes open) and outlives the turn."""
         import subprocess
 
-        seconds = spec.get("seconds", 300) if isinstance(spec, dict) else 300
-        child = subprocess.Popen(["sleep", str(seconds)])
+        spec = spec if isinstance(spec, dict) else {}
+        # `setsid: true`: the child leaves our process group and session, as a daemonising tool would
+        child = subprocess.Popen(["sleep", str(spec.get("seconds", 300))], start_new_session=spec.get("setsid", False))
         if self.session is not None:
             self._message(f"child pid {child.pid}")
 
