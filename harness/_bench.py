@@ -139,7 +139,7 @@ async def _time_kernel(config_path: Path, tasks: int) -> tuple[float, int]:
     start = time.perf_counter()
     result = await kernel.run()
     elapsed = time.perf_counter() - start
-    done = [t for t in result.tasks if t.terminal is Terminal.COMPLETED]
+    done = [t for t in result.tasks if t.terminal is Terminal.COMPLETED and t.iterations > 0]  # run, not skipped
     if result.terminal is not Terminal.IDLE or len(done) != tasks:
         raise RuntimeError(f"the kernel side did not drain the queue: {result.to_json()}")
     return elapsed, result.transcript.stat().st_size

@@ -119,7 +119,7 @@ class KernelClient:
 
     def _moment(self) -> Turn:
         """The turn as it stood when the request being handled arrived."""
-        return Turn(ARRIVAL.get(), frozenset(self.sessions), self.host_tools, self.approvals)
+        return Turn(ARRIVAL.get(), self.sessions, self.host_tools, self.approvals)
 
     # --- session/update -----------------------------------------------------------------------
 

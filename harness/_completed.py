@@ -1,11 +1,12 @@
-"""What a memory queue completed in earlier runs, so that a rerun does not do it again.
+"""What a memory queue completed in a run that did not drain it, so that the rerun does not do it again.
 
 GitHub closes an issue once its task completes; the memory host has no memory past its process. So
 the kernel keeps the ids of the memory queue's completed tasks beside the transcripts
 (`<transcripts>/.completed/<key>.json`), one file per workspace and queue: the worktree's path and
 git directory, the config file and its content (an edited config is a fresh record), the queue's
-trigger. A run killed after T1 completed skips T1 on the rerun of the same config, and its result
-says so. Delete the file (or the directory) to run them again.
+trigger. A run killed (or blocked) after T1 completed skips T1 on the rerun of the same config, and
+its result says so; a run that drains the queue (`Idle`) clears the record, so the next one starts
+afresh. Delete the file to run them again sooner.
 """
 
 from __future__ import annotations
@@ -28,23 +29,32 @@ class CompletedTasks:
             with contextlib.suppress(OSError):  # a recreated repository at the same path is another queue
                 identity.append(str(os.stat(git_dir).st_ino))
         key = hashlib.sha256("\0".join(identity).encode()).hexdigest()[:20]
-        self.path = transcripts / ".completed" / f"{key}.json"
-        self._identity = identity
+        self.path = transcripts / ".completed" / f"{key}.jsonl"
 
     def load(self) -> dict[str, dict[str, Any]]:
-        """Task id -> where and when it completed; empty when nothing was recorded (or it is unreadable)."""
+        """Task id -> where and when it completed; empty when nothing was recorded. One JSON line per
+        completion, appended: a line torn by a crash is skipped, the others stand."""
+        tasks: dict[str, dict[str, Any]] = {}
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            lines = self.path.read_text(encoding="utf-8").splitlines()
         except (OSError, ValueError):
-            return {}
-        tasks = data.get("tasks") if isinstance(data, dict) else None
-        return {str(k): v for k, v in tasks.items() if isinstance(v, dict)} if isinstance(tasks, dict) else {}
+            return tasks
+        for line in lines:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                entry = json.loads(line)
+                tasks[str(entry.pop("id"))] = entry
+        return tasks
 
     def add(self, task_id: str, transcript: Path) -> None:
-        """Record a completed task (atomically: a crash leaves the old file or the new one)."""
-        tasks = self.load()
-        tasks[task_id] = {"transcript": str(transcript), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        """Record a completed task: one line appended, before the kernel acts on the completion."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps({"queue": self._identity, "tasks": tasks}), encoding="utf-8")
-        os.replace(partial, self.path)
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        line = json.dumps({"id": task_id, "transcript": str(transcript), "at": at}) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)

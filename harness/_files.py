@@ -40,8 +40,8 @@ def write_beneath(root: str, relative: str, content: str) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         fd = os.open(name, flags, 0o644, dir_fd=parent)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        _check_single_regular(fd, relative)  # before truncating: a hard link's other name is never emptied
-        os.ftruncate(fd, 0)
+        if _check_single_regular(fd, relative).st_size:  # checked before truncating: a hard link's other
+            os.ftruncate(fd, 0)  # name is never emptied; a new file needs no truncation (it costs ~0.5 ms)
         f.write(content)
 
 
@@ -64,9 +64,10 @@ def _directory(root: str, parts: list[str], *, create: bool) -> Iterator[int]:
         os.close(fd)
 
 
-def _check_single_regular(fd: int, relative: str) -> None:
+def _check_single_regular(fd: int, relative: str) -> os.stat_result:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise OSError(f"{relative} is not a regular file")
     if st.st_nlink > 1:
         raise OSError(f"{relative} has {st.st_nlink} hard links")
+    return st

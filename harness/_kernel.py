@@ -362,6 +362,8 @@ class Kernel:
             if not waiting:
                 if only is not None:
                     return blocked("task_assigned", f"task {only!r} is not in the queue", task=only)
+                if store is not None:
+                    store.clear()  # the queue is drained: the next run of it starts afresh
                 idle = {"kind": "queue_empty", "completed": len(completed)}
                 return Stop(Terminal.IDLE, {**idle, "skipped_completed_earlier": len(skipped)} if skipped else idle)
             if last is not None:

@@ -31,6 +31,7 @@ import re
 import shutil
 import stat
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,7 @@ class Turn:
     """What the policy knows of the moment a request arrived, in wire order."""
 
     open_session: str | None = None  # the session whose turn was running (None: no turn was)
-    sessions: frozenset[str] = frozenset()  # every session the kernel opened in this run
+    sessions: AbstractSet[str] = frozenset()  # every session the kernel opened in this run (not copied)
     host_tools: frozenset[str] = frozenset()  # the kernel's own MCP tools the task's role allows
     approvals: frozenset[tuple[str, str]] = frozenset()  # interactive path: (rule kind, target) a person allowed
 
@@ -339,12 +340,16 @@ class Policy:
 
     def resolve(self, path: str) -> str | None:
         """The path relative to the worktree after resolving symlinks and `..`; None if outside."""
+        return self._resolve(path)[1]
+
+    def _resolve(self, path: str) -> tuple[str, str | None]:
+        """Where `path` really is (absolute), and that relative to the worktree (None if outside)."""
         if not isinstance(path, str) or not path or "\0" in path:
             raise ValueError(f"not a path: {path!r}")
         real = os.path.realpath(os.path.join(self._root, path))  # an absolute `path` replaces the root
         if real == self._root:
-            return "."
-        return real[len(self._root.rstrip("/")) + 1 :] if _inside(real, self._root) else None
+            return real, "."
+        return real, real[len(self._root.rstrip("/")) + 1 :] if _inside(real, self._root) else None
 
     def is_protected(self, relative: str) -> bool:
         """A protected path, inside one, or a directory that holds one (deleting `.` takes `.git`)."""
@@ -377,8 +382,7 @@ class Policy:
     ) -> Verdict:
         relative: list[str] = []
         for path in paths:
-            rel = self.resolve(path)
-            real = os.path.realpath(os.path.join(self._root, path))
+            real, rel = self._resolve(path)
             if real == "/proc" or real.startswith("/proc/"):  # the kernel's environment, memory and fds
                 return _refuse("proc", path=path, resolved=real)
             if rel is None:
