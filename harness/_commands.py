@@ -42,6 +42,10 @@ _WRITES_LAST = frozenset({"cp", "ln", "install", "rsync", "scp"})
 #: below a directory does not stop them from naming it.
 _NAMES_ONLY = frozenset({"ls", "cat", "head", "tail", "wc", "stat", "file", "cd", "pushd", "dirname", "basename",
                          "realpath", "readlink", "test"})  # fmt: skip
+#: Programs that never write the paths their arguments name (outputs they know, like `sort -o`, aside).
+_READ_ONLY = _NAMES_ONLY | {"grep", "egrep", "fgrep", "rg", "diff", "cmp", "less", "more", "od", "xxd", "hexdump",
+                            "strings", "md5sum", "sha1sum", "sha256sum", "sha512sum", "nl", "tac", "du", "tree",
+                            "echo", "printf", "find", "sort"}  # fmt: skip
 #: Programs whose `-o FILE` is an output file.
 _DASH_O_OUTPUT = frozenset({"cc", "gcc", "g++", "clang", "clang++", "c++", "sort", "curl", "ld", "as", "cython"})
 #: Programs whose `-t DIR` / `--target-directory=DIR` is where they write.
@@ -79,6 +83,14 @@ _GIT_EXEC_OPTIONS = {
     "ls-remote": ("-u",),
     "fetch": (),
 }
+#: git subcommands that print what files hold (any file: a revision or blob id names it).
+_GIT_CONTENT = frozenset({"show", "diff", "cat-file", "grep", "archive", "bundle", "fast-export", "format-patch",
+                          "stash", "range-diff", "diff-tree", "diff-index", "diff-files", "blame", "annotate",
+                          "difftool", "apply", "am", "notes", "rev-list", "verify-pack", "unpack-file"})  # fmt: skip
+#: `git log` options that print what files hold, or search it.
+_GIT_CONTENT_OPTIONS = ("--patch", "-p", "-u", "-c", "--cc", "-m", "--stat", "--numstat", "--shortstat", "--dirstat",
+                        "--raw", "--word-diff", "--color-words", "-S", "-G", "--pickaxe", "--full-diff", "--ext-diff",
+                        "--textconv", "-L", "--find-object", "--summary", "--check")  # fmt: skip
 _GIT_CONFIG_READS = frozenset({"--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list", "-l", "get", "list"})
 _GIT_CONFIG_FLAGS = frozenset({"--show-origin", "--show-scope", "--local", "--null", "-z", "--name-only",
                                "--includes", "--no-includes", "--bool", "--int", "--path"})  # fmt: skip
@@ -87,6 +99,7 @@ _GIT_REMOTE_READS = frozenset({"-v", "--verbose", "show", "get-url"})
 _PYTEST_WRITES = frozenset({"--basetemp", "--junitxml", "--junit-xml", "--log-file", "--resultlog", "--result-log",
                             "--report-log", "--html", "--rootdir", "--debug"})  # fmt: skip
 _PYTEST_REFUSED = {"--pastebin": "sends output to a pastebin service"}
+_PYTEST_VALUE_FLAGS = frozenset("kmcoprWn")  # short options that take a value (the rest is flags)
 
 
 class Refused(ValueError):
@@ -99,6 +112,7 @@ class PathArg:
     write: bool = False
     certain: bool = False  # judged even when it neither exists nor holds a `/`
     recursive: bool = True  # a directory named here may be read whole (a read deny below it applies)
+    may_write: bool = True  # the program might write it after all: a protected path is refused even as a read
 
 
 @dataclass(frozen=True)
@@ -107,10 +121,20 @@ class CommandFacts:
     paths: tuple[PathArg, ...] = ()
     directory: str | None = None  # where the program runs, relative to the command's cwd (`git -C`)
     changes_directory: str | None = None  # `cd DIR` / `pushd DIR`: later commands may run in DIR
+    aliases: tuple[str, ...] = ()  # other spellings deny patterns also see (`/bin/rm x` is `rm x` to `rm *`)
 
 
 def analyze(words: Sequence[str]) -> CommandFacts:
     """The facts of one simple command (non-empty `words`, after quote removal)."""
+    facts = _analyze(words)
+    program = os.path.basename(words[0])
+    if program != words[0] and program:
+        plain = _analyze([program, *words[1:]]).match_text
+        return CommandFacts(facts.match_text, facts.paths, facts.directory, facts.changes_directory, (plain,))
+    return facts
+
+
+def _analyze(words: Sequence[str]) -> CommandFacts:
     program = os.path.basename(words[0])
     args = list(words[1:])
     if program in ("cd", "pushd"):
@@ -124,8 +148,8 @@ def analyze(words: Sequence[str]) -> CommandFacts:
     if program.startswith("python") and args[:2] == ["-m", "pytest"]:
         return _pytest(words, args[2:])
     paths = _generic(program, args)
-    if program in _NAMES_ONLY:
-        paths = [PathArg(p.text, p.write, p.certain, recursive=False) for p in paths]
+    if program in _READ_ONLY:
+        paths = [PathArg(p.text, p.write, p.certain, program not in _NAMES_ONLY, p.write) for p in paths]
     return CommandFacts(shlex.join(words), tuple(paths))
 
 
@@ -144,7 +168,8 @@ def _cd(words: Sequence[str]) -> CommandFacts:
         # `cd` alone goes to $HOME, `cd -` to $OLDPWD, `pushd +N` through the stack: places not on the page
         raise Refused(f"{words[0]} to a place the policy cannot name")
     target = operands[0]
-    return CommandFacts(shlex.join(words), (PathArg(target, certain=True, recursive=False),), changes_directory=target)
+    target_arg = PathArg(target, certain=True, recursive=False, may_write=False)
+    return CommandFacts(shlex.join(words), (target_arg,), changes_directory=target)
 
 
 def _git(words: Sequence[str]) -> CommandFacts:
@@ -180,9 +205,26 @@ def _git(words: Sequence[str]) -> CommandFacts:
     paths += _option_values(rest, {"--output-directory": True, "-o": sub in ("format-patch", "archive")})
     if sub == "bundle" and rest[:1] == ["create"] and len(rest) > 1:
         paths.append(PathArg(rest[1], write=True, certain=True))
+    for arg in rest:  # `HEAD:src/secret/key` names a file's content in a revision
+        if ":" in arg[1:] and not arg.startswith("-"):
+            paths.append(PathArg(arg.split(":", 1)[1], certain=True, may_write=False))
+    if _git_shows_contents(sub, rest):
+        # git shows what its object store holds for any path (a revision, a blob id, a pathspec's magic or
+        # glob): it reads the whole worktree, and a read deny anywhere in it applies
+        paths.append(PathArg(".", certain=True, may_write=False))
     if directory is not None:
         paths.append(PathArg(directory, certain=True))
-    return CommandFacts(shlex.join(["git", *args[i:]]), tuple(dict.fromkeys(paths)), directory=directory)
+    return CommandFacts(shlex.join([words[0], *args[i:]]), tuple(dict.fromkeys(paths)), directory=directory)
+
+
+def _git_shows_contents(sub: str, rest: Sequence[str]) -> bool:
+    """Whether the command prints what files hold. Which files, git decides from revisions, blob ids and
+    pathspecs with magic (`:(icase)`) or globs (`src/secre?/key`): so it is judged as reading them all."""
+    if sub in _GIT_CONTENT:
+        return True
+    return sub in ("log", "whatchanged", "reflog", "shortlog") and any(
+        a.startswith(_GIT_CONTENT_OPTIONS) or re.fullmatch(r"-[A-Za-z]*[pu][A-Za-z]*", a) for a in rest
+    )
 
 
 def _git_config_reads(rest: Sequence[str]) -> bool:
@@ -203,24 +245,34 @@ def _pytest(words: Sequence[str], args: Sequence[str]) -> CommandFacts:
         name = arg.split("=", 1)[0]
         if name in _PYTEST_REFUSED:
             raise Refused(f"pytest {name} {_PYTEST_REFUSED[name]}")
-        if arg.startswith("-p"):
-            plugin = arg[2:] or (args[i + 1] if i + 1 < len(args) else "")
-            if not plugin.startswith("no:"):
-                raise Refused(f"pytest -p {plugin} loads a plugin module the policy cannot judge")
-        if arg in ("-o", "--override-ini") or arg.startswith(("-o", "--override-ini=")):
-            setting = arg.split("=", 1)[1] if arg.startswith("--override-ini=") else arg[2:] if arg != "-o" else ""
-            if not setting or arg == "--override-ini":
-                setting = args[i + 1] if i + 1 < len(args) else ""
-            key, _, value = setting.partition("=")
+        following = args[i + 1] if i + 1 < len(args) else ""
+        flag, value = _short_option(arg, following) if not arg.startswith("--") else ("", "")
+        if arg.startswith("--override-ini"):
+            flag, value = "o", arg.partition("=")[2] or following
+        if flag == "p" and not value.startswith("no:"):
+            raise Refused(f"pytest -p {value} loads a plugin module the policy cannot judge")
+        if flag == "o":
+            key, _, written = value.partition("=")
             if key.strip() == "addopts":
                 raise Refused("pytest -o addopts=... adds options the policy cannot judge")
-            if value:
-                paths.append(PathArg(value, write=True))
+            if written:
+                paths.append(_candidate(written, write=True))
     paths += _option_values(args, dict.fromkeys(_PYTEST_WRITES, True))
     for arg in args:
         if arg.startswith("--cov-report=") and ":" in arg:
             paths.append(PathArg(arg.split(":", 1)[1], write=True, certain=True))
     return CommandFacts(shlex.join(words), tuple(dict.fromkeys(paths)))
+
+
+def _short_option(arg: str, following: str) -> tuple[str, str]:
+    """argparse's reading of a short option cluster: the first letter that takes a value, and its value
+    (the rest of the cluster, or the next argument). `-vo cache_dir=x` is `-v -o cache_dir=x`."""
+    if not arg.startswith("-") or len(arg) < 2:
+        return "", ""
+    for index, letter in enumerate(arg[1:], start=2):
+        if letter in _PYTEST_VALUE_FLAGS:
+            return letter, arg[index:] or following
+    return "", ""
 
 
 def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
@@ -291,17 +343,23 @@ def _sed_operands(args: Sequence[str]) -> list[str]:
 
 
 def _option_values(args: Sequence[str], options: dict[str, bool]) -> list[PathArg]:
-    """Values of `--opt VALUE` / `--opt=VALUE` / `-oVALUE` for the options given (True: written)."""
+    """Values of `--opt VALUE` / `--opt=VALUE` / `-oVALUE` for the options given (True: written). A long
+    option may be abbreviated (git's parse-options and argparse take any unambiguous prefix: `--outp`)."""
     found: list[PathArg] = []
     for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
         for option, write in options.items():
             if not write:
                 continue
-            if arg == option and i + 1 < len(args):
+            if len(option) > 2:
+                if len(name) > 3 and name.startswith("--") and option.startswith(name):
+                    if eq:
+                        found.append(_candidate(value, write=True, certain=True))
+                    elif i + 1 < len(args):
+                        found.append(_candidate(args[i + 1], write=True, certain=True))
+            elif arg == option and i + 1 < len(args):
                 found.append(_candidate(args[i + 1], write=True, certain=True))
-            elif arg.startswith(option + "=") and len(option) > 2:
-                found.append(_candidate(arg.split("=", 1)[1], write=True, certain=True))
-            elif len(option) == 2 and arg.startswith(option) and len(arg) > 2 and not arg.startswith("--"):
+            elif arg.startswith(option) and len(arg) > 2 and not arg.startswith("--"):
                 found.append(_candidate(arg[2:], write=True, certain=True))
     return found
 

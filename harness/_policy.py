@@ -62,6 +62,14 @@ TOOL_KIND_TO_RULE_KIND = {
 #: A rawInput key that names a place we do not read (`dir_path`, `directory`, `cwd`, ...): not "no path".
 _LOCATION_WORDS = re.compile(r"path|dir|folder|root|cwd|location|file", re.IGNORECASE)
 _PATH_KEYS = ("file_path", "path", "notebook_path", "source", "destination", "target", "old_path", "new_path")
+#: Other rawInput keys whose string value is taken for a path of a read or write tool call.
+_MORE_PATH_KEYS = re.compile(
+    r"(?:^|_)(?:paths?|dir|directory|folder|file|filename|location|to|dest|dst|destination|target|source|src|from)$",
+    re.IGNORECASE,
+)
+#: Where a command may always write or read: its own standard streams.
+_STANDARD_STREAMS = frozenset({"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/fd/0", "/dev/fd/1",
+                               "/dev/fd/2"})  # fmt: skip
 # The only variables an agent may set for a command: anything else can change what an allowed
 # command runs (LD_PRELOAD, PATH, HOME -> a .gitconfig with core.fsmonitor, BASH_FUNC_git%%, ...).
 # CLAUDECODE=1 is the marker claude-code-acp sets on every command it runs.
@@ -284,7 +292,7 @@ class Policy:
                     facts = analyze(step.words)
                 except Refused as exc:
                     return _refuse("unsafe_argument", command=step.text, why=str(exc))
-                verdict = self._judge("execute", [facts.match_text], approvals)
+                verdict = self._judge("execute", [facts.match_text], approvals, also_denied=facts.aliases)
                 if not verdict.allowed:
                     return verdict
                 rule_ids += verdict.rule_ids
@@ -303,6 +311,11 @@ class Policy:
                             continue
                         kind = "write" if arg.write else "read"
                         verdict = self._judge_argument(kind, joined, approvals, recursive=arg.recursive)
+                        if verdict.allowed and arg.may_write and kind == "read":
+                            # a program we do not know to only read it could write it (`--outp=.git/config`)
+                            rel = self.resolve(joined)
+                            if rel is not None and self.is_protected(rel):
+                                verdict = Verdict(False, ("protected",), {"kind": "protected_path", "path": rel})
                         if not verdict.allowed:
                             return replace(verdict, reason={**verdict.reason, "command": step.text})
                         rule_ids += verdict.rule_ids
@@ -327,7 +340,7 @@ class Policy:
     ) -> Verdict:
         """A path a command's argument or redirection names. On the interactive path the person approved
         the command as written, so its paths need only stay confined."""
-        if os.path.realpath(os.path.join(self._root, path)) == "/dev/null":
+        if path in _STANDARD_STREAMS or os.path.realpath(os.path.join(self._root, path)) == "/dev/null":
             return Verdict(True, ("builtin:dev-null",), {"kind": "allowed"})
         return self._judge_paths(kind, [path], approvals, confine_only=self.interactive, recursive=recursive)
 
@@ -401,10 +414,17 @@ class Policy:
     # --- rules ---------------------------------------------------------------------------------
 
     def _judge(
-        self, kind: str, targets: Sequence[str], approvals: frozenset[tuple[str, str]], *, whole: bool = True
+        self,
+        kind: str,
+        targets: Sequence[str],
+        approvals: frozenset[tuple[str, str]],
+        *,
+        whole: bool = True,
+        also_denied: Sequence[str] = (),
     ) -> Verdict:
         """Every target needs an allow rule and no deny rule (deny wins, order ignored). A `whole` target
-        is reached with all it holds, so a deny of anything below it applies too."""
+        is reached with all it holds, so a deny of anything below it applies too; `also_denied` are other
+        spellings of the targets that deny rules see too."""
         if self.interactive:  # only what a person approved in this turn (confinement already checked)
             for target in targets:
                 if (kind, target) not in approvals:
@@ -412,7 +432,7 @@ class Policy:
             return Verdict(True, ("interactive",), {"kind": "interactive"})
         rules = [r for r in self.rules if r.kind == kind]
         allowed_by: list[str] = []
-        for target in targets:
+        for target in (*targets, *also_denied):
             for rule in rules:
                 if rule.decision == "deny" and _rule_matches(rule, target, whole=whole):
                     return Verdict(False, (rule.id,), {"kind": "denied", "rule_id": rule.id, "target": target})
@@ -441,8 +461,22 @@ def tool_call_paths(tool_call: Mapping[str, Any]) -> list[str]:
         if isinstance(raw.get("paths"), list):
             paths.extend(p for p in raw["paths"] if isinstance(p, str))
         if isinstance(raw.get("changes"), Mapping):  # Codex apply_patch: {abs path: change}
-            paths.extend(str(p) for p in raw["changes"])
+            for path, change in raw["changes"].items():
+                paths.append(str(path))
+                paths.extend(_nested_values(change, "move_path"))  # a patch may move the file elsewhere
+        for key, value in raw.items():  # `to`, `dest_dir`, `new_path`...: judging one more path is safe
+            if key not in _PATH_KEYS and _MORE_PATH_KEYS.search(str(key)) and isinstance(value, str):
+                paths.append(value)
     return list(dict.fromkeys(paths))
+
+
+def _nested_values(value: Any, key: str, depth: int = 3) -> list[str]:
+    if depth == 0 or not isinstance(value, Mapping):
+        return []
+    found = [value[key]] if isinstance(value.get(key), str) else []
+    for inner in value.values():
+        found += _nested_values(inner, key, depth - 1)
+    return found
 
 
 def glob_matches(pattern: str, path: str) -> bool:

@@ -23,6 +23,7 @@ refused.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,14 +62,18 @@ _RESERVED = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "case",
 #: (`printf -v 'a[$(id)]'`, `test -v`, `unset`, `let`, ...): a `$` or backquote in their words is refused.
 _EVALUATING_BUILTINS = frozenset({"printf", "test", "read", "declare", "typeset", "local", "export", "readonly",
                                   "unset", "let", "mapfile", "readarray", "kill", "wait", "shift", "return", "exit",
-                                  "ulimit", "getopts", "[", "eval", "source", ".", "trap", "alias",
-                                  "hash", "enable", "builtin", "command", "fc", "exec"})  # fmt: skip
+                                  "ulimit", "getopts", "[", "eval", "source", ".", "trap", "alias", "hash",
+                                  "enable", "builtin", "command", "fc", "exec", "compgen", "complete"})  # fmt: skip
 # Shell options that change nothing about what a script runs: `-c`, `-l`, `-e`, `-u`, `-x`, `-v`,
 # `-f` (no globbing), `-C` (no clobbering), and `-o NAME` / `+o NAME` for these names.
 _SHELL_FLAGS = frozenset("celuxvfC")
 _SHELL_O_NAMES = frozenset({"pipefail", "errexit", "nounset", "xtrace", "verbose", "noglob", "noclobber"})
 _SHELL_LONG = frozenset({"--login", "--noprofile", "--norc", "--noediting"})
 _MAX_DEPTH = 8  # nested `bash -c "bash -c '...'"`
+_DIGITS = frozenset("0123456789")  # ASCII only: str.isdigit() takes `٢` and `²`, bash does not
+_FD_TARGET = re.compile(r"[0-9]{1,9}")  # `>&2` duplicates an fd; `>&٢` or a huge number is a file name
+#: Where a shell named by a path really is a system shell; any other `dir/bash` is a program of its own.
+_SYSTEM_BIN = frozenset({"/bin", "/usr/bin", "/usr/local/bin"})
 
 
 class Unparseable(ValueError):
@@ -168,8 +173,11 @@ def _tokens(script: str) -> list[_Token]:
             raise Unparseable("a comment (#): bash ignores the rest of the line")
         else:
             word, quoted, i = _word(script, i)
-            fd = not quoted and word.isdigit() and i < n and script[i] in "<>"
-            tokens.append(_Token(word, fd=fd))
+            glued = not quoted and i < n and script[i] in "<>"
+            if glued and word.isascii() and word.isdigit() and len(word) > 1:
+                # bash takes `12>` as fd 12 (up to INT_MAX, then a word), dash as the word `12` and `>`
+                raise Unparseable(f"an fd number of more than one digit ({word}>) reads differently in sh and bash")
+            tokens.append(_Token(word, fd=glued and word in _DIGITS))
     return tokens
 
 
@@ -282,7 +290,7 @@ class _Parser:
                 if i + 1 >= len(tokens) or tokens[i + 1].op:
                     raise Unparseable(f"redirection {value!r} has no target")
                 target = tokens[i + 1].value
-                if value in ("<&", ">&") and (target.isdigit() or target == "-"):
+                if value in ("<&", ">&") and (_FD_TARGET.fullmatch(target) or target == "-"):
                     pass  # duplicates or closes a file descriptor: touches no file
                 elif value == "<&":
                     raise Unparseable(f"'<&{target}' duplicates no file descriptor")
@@ -328,8 +336,8 @@ def shell_script(argv: Sequence[str]) -> str | None:
     judged as a command of its own) or is not a shell. Options are parsed as bash parses them;
     anything else that makes the shell read commands (stdin, `-s`, `-i`) is refused."""
     shell = os.path.basename(argv[0])
-    if shell not in SHELLS:
-        return None
+    if shell not in SHELLS or (argv[0] != shell and os.path.dirname(argv[0]) not in _SYSTEM_BIN):
+        return None  # `src/sh -c ls` runs the file src/sh, whatever it says it is
     reads_c = False
     i = 1
     while i < len(argv):

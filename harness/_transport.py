@@ -47,9 +47,22 @@ _INHERITED_PREFIXES = ("LOOP_HARNESS_", "HF_HUB_OFFLINE", "HF_ENDPOINT", "HF_HOM
 
 
 def agent_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment an agent gets: a few basics from ours, plus what the config says."""
+    """The environment an agent gets: a few basics from ours, plus what the config says, plus a git that
+    never takes a directory for a bare repository of its own (see `pin_git`)."""
     env = {k: v for k, v in os.environ.items() if k in _INHERITED_ENV or k.startswith(_INHERITED_PREFIXES)}
     env.update(extra or {})
+    return pin_git(env)
+
+
+def pin_git(env: dict[str, str]) -> dict[str, str]:
+    """`safe.bareRepository=explicit` for every git run with this environment (git >= 2.38; older gits
+    ignore it): git then finds no repository in a directory that merely looks like a bare one (`HEAD`,
+    `objects/`, `refs/` and a `config` an agent wrote), so it never runs that config's programs. The
+    setting goes through `GIT_CONFIG_COUNT`, after any the environment already has."""
+    count = env.get("GIT_CONFIG_COUNT", "0")
+    index = int(count) if count.isascii() and count.isdigit() else 0
+    env.update({f"GIT_CONFIG_KEY_{index}": "safe.bareRepository", f"GIT_CONFIG_VALUE_{index}": "explicit",
+                "GIT_CONFIG_COUNT": str(index + 1)})  # fmt: skip
     return env
 
 

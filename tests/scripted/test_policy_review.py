@@ -78,8 +78,27 @@ def refused(verdict, *kinds):
         "ls > src/ok\r/../../.git/config",  # the target is one word: it resolves into .git
         "ls src/a.txt\x00; touch pwned",
         "ls \ud800",
+        "bash \u0662>/dev/null -c ls",  # an Arabic-Indic digit is a word for bash: it runs the file
+        "bash 2147483648>/dev/null -c ls",  # past INT_MAX bash takes it for a word too
+        "bash 12>/dev/null -c ls",  # dash reads `12` as a word, bash as an fd
+        "ls >&\u0662",  # not a digit for bash: a file named so, outside src/
+        "compgen -W 'x' x",
     ],
-    ids=["cr-path", "vt-path", "ff-path", "cr-semicolon", "cr-redirect", "cr-target", "nul", "surrogate"],
+    ids=[
+        "cr-path",
+        "vt-path",
+        "ff-path",
+        "cr-semicolon",
+        "cr-redirect",
+        "cr-target",
+        "nul",
+        "surrogate",
+        "unicode-fd",
+        "huge-fd",
+        "two-digit-fd",
+        "unicode-dup",
+        "compgen",
+    ],
 )
 def test_bytes_bash_keeps_inside_a_word_stay_inside_it(policy, script):
     refused(
@@ -163,6 +182,9 @@ def test_every_command_bash_runs_is_one_the_policy_judged(tmp_path):
         ["bash"],  # reads stdin
         ["bash", "check.sh", "ls src"],  # runs the script file check.sh
         ["dash", "-c", "bash -s"],
+        ["src/sh", "-c", "ls src"],  # a program named like a shell is not one
+        ["/tmp/x/bash", "-c", "ls src"],
+        ["src/git", "log", "-1"],  # nor is one named like git
     ],
 )
 def test_shell_options_are_parsed_as_bash_parses_them(policy, argv):
@@ -200,6 +222,8 @@ def test_a_script_file_named_like_an_option_never_runs(scripted_scenario, harnes
         {"kind": "edit", "rawInput": {"changes": {"src/sub/.git/hooks/post-checkout": {}}}},
         {"kind": "move", "rawInput": {"source": "src/a.txt", "destination": "src/x/.GIT/config"}},
         {"kind": "execute", "rawInput": {"command": "cat src/a.txt > src/sub/.git/config"}},
+        {"kind": "edit", "rawInput": {"changes": {"src/a.txt": {"update": {"move_path": ".git/hooks/pre-commit"}}}}},
+        {"kind": "move", "locations": [{"path": "src/a.txt"}], "rawInput": {"to": ".git/config"}},
     ],
 )
 def test_no_git_directory_is_writable_at_any_depth(policy, request_):
@@ -253,6 +277,30 @@ def test_an_fsmonitor_in_a_nested_repository_never_runs(scripted_scenario, harne
     assert result.terminal is Terminal.BLOCKED_POLICY
     assert result.reason["refusal"]["kind"] == "nested_repository"
     assert not marker.exists()
+
+
+def test_a_bare_repository_a_script_completes_runs_nothing(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    """Judged before it runs, `src/fake` is no repository; the script's first command gives it a HEAD, and
+    git would take it for a bare repository and run the diff.external its config names. The kernel's git
+    never takes a directory for a bare repository on its own (safe.bareRepository=explicit)."""
+    ws = harness_workspace
+    ws.commit("second", {"notes.txt": "x\n"}, push=True)
+    fake = ws.path / "src" / "fake"
+    subprocess.run(["git", "clone", "-q", "--bare", str(ws.path), str(fake)], check=True)
+    (fake / "HEAD").unlink()
+    marker = ws.path.parent / "diff-external-ran"
+    (fake / "config").write_text(f'[core]\n\tbare = true\n[diff]\n\texternal = "touch {marker}"\n')
+    ws.commit("ignore the fake", {".gitignore": "src/fake/\n"}, push=True)
+    script = "echo ref: refs/heads/main > src/fake/HEAD && git -C src/fake diff HEAD~1 HEAD"
+    rules = [*CAREFUL, {"id": "echo", "kind": "execute", "commands": ["echo *"], "decision": "allow"}]
+    work = {"terminal": {"command": "bash", "args": ["-c", script]}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(work)]})), rules=rules))
+
+    assert (fake / "HEAD").exists(), "the script ran"
+    assert not marker.exists(), "git ran the config of a bare repository the agent made"
+    assert result.tasks[0].terminal is Terminal.COMPLETED
 
 
 # --- 4. hard links --------------------------------------------------------------------------------
@@ -316,10 +364,32 @@ def test_a_hard_linked_file_is_neither_written_nor_read_through_the_kernel(
         ("python -m pytest --basetemp docs/t", "unmatched"),
         ("python -m pytest --junitxml=.git/hooks/pre-commit", "protected_path"),
         ("git log --format=%H file:///etc/passwd", "outside_worktree"),
+        ("git log --outp=.git/config", "protected_path"),  # git's parse-options take abbreviations
+        ("git diff --out docs/x HEAD", "unmatched"),
+        ("git log --no-index -- .git/config", "protected_path"),  # git might write what it is given
+        ("git log -p", "denied"),  # prints what every file held: src/secret too
+        ("git diff HEAD~1", "denied"),
+        ("git log -p -- 'src/secre?/key'", "denied"),  # a pathspec glob
+        ("git log -p -- ':(icase)SRC/SECRET/KEY'", "denied"),  # pathspec magic
+        ("git diff HEAD:src/secret/key src/a.txt", "denied"),
+        ("git log --format=%H HEAD:src/secret/key", "denied"),
+        ("python -m pytest -q -vo addopts=-psrc.evil", "unsafe_argument"),  # -v -o addopts=...
+        ("python -m pytest -vp src.evil", "unsafe_argument"),
+        ("python -m pytest -vo cache_dir=junk", "unmatched"),  # a write outside src/
     ],
 )
 def test_every_path_an_argument_names_is_judged(policy, command, why):
     refused(policy.judge_execute(command), why)
+
+
+@pytest.mark.parametrize("command", ["/bin/rm -rf src", "./rm src", "rm -rf src", "/usr/bin/git push origin main"])
+def test_a_deny_sees_the_program_by_its_name_wherever_it_lives(worktree, command):
+    rules = [{"id": "all", "kind": "execute", "commands": ["*"], "decision": "allow"},
+             {"id": "no-rm", "kind": "execute", "commands": ["rm *"], "decision": "deny"},
+             {"id": "no-push", "kind": "execute", "commands": ["git push*"], "decision": "deny"},
+             *CAREFUL[:2]]  # fmt: skip
+    verdict = refused(Policy([RuleConfig.model_validate(r) for r in rules], worktree).judge_execute(command), "denied")
+    assert verdict.rule_ids[0] in ("no-rm", "no-push")
 
 
 def test_a_basetemp_outside_is_never_deleted(scripted_scenario, harness_config, run_loop, harness_workspace, tmp_path):
@@ -434,9 +504,10 @@ def test_a_task_cannot_hide_what_it_left(scripted_scenario, harness_config, run_
 @pytest.mark.parametrize(
     "command",
     ["git status", "git log --oneline -5", "ls src", "ls", "cat src/a.txt", "ls src > src/listing.txt",
-     "git status 2>&1 | cat", "git diff HEAD~1", "git log --format='%h %s' -- docs", "cat src/a.txt >> src/b.txt",
+     "git status 2>&1 | cat", "git log --format='%h %s' -- docs", "cat src/a.txt >> src/b.txt",
      "git status > /dev/null 2>&1", "python -m pytest -q docs", "python -m pytest -p no:cacheprovider",
-     "git log --output=src/log.txt", "ls && git status\ncat src/a.txt"],
+     "git log --output=src/log.txt", "ls && git status\ncat src/a.txt", "cat src/a.txt >/dev/stderr",
+     "ls 1>/dev/stdout 2>/dev/null"],
 )  # fmt: skip
 def test_what_a_careful_user_allows_still_works(policy, command):
     assert policy.judge_execute(["/bin/bash", "-lc", command]).allowed, policy.judge_execute(command)
