@@ -43,6 +43,7 @@ class AgentLink:
         client: KernelClient,
         token: str = "",
         on_spawn: Callable[[int], None] | None = None,
+        confine: Callable[[dict[str, str]], dict[str, str]] | None = None,
     ) -> None:
         self.agent = agent
         self.limits = limits
@@ -51,6 +52,7 @@ class AgentLink:
         self.client = client
         self.token = token  # the run's token: in the agent's environment, and what ends its leftovers
         self.on_spawn = on_spawn
+        self.confine = confine or (lambda env: env)  # the kernel's last word on the agent's environment
         self.process: AgentProcess | None = None
         self._conn: ClientSideConnection | None = None
         self._init: InitializeResponse | None = None
@@ -63,7 +65,7 @@ class AgentLink:
             self.process = await AgentProcess.spawn(
                 self.agent.command,
                 cwd=str(self.cwd),
-                env=agent_environment({**self.agent.env, TOKEN_VARIABLE: self.token}),
+                env=self.confine(agent_environment({**self.agent.env, TOKEN_VARIABLE: self.token})),
                 transcript=self.transcript,
                 token=self.token,
             )

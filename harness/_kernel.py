@@ -223,7 +223,9 @@ class Kernel:
         self._client = KernelClient(
             policy=policy,
             transcript=self._transcript,
-            exec_host=ExecHost({**agent_environment(), "GIT_TERMINAL_PROMPT": "0", TOKEN_VARIABLE: self._token}),
+            exec_host=ExecHost(
+                self._confine({**agent_environment(), "GIT_TERMINAL_PROMPT": "0", TOKEN_VARIABLE: self._token}, policy)
+            ),
             interactive_handler=self.interactive_handler,
         )
         self._link = AgentLink(
@@ -234,6 +236,7 @@ class Kernel:
             client=self._client,
             token=self._token,
             on_spawn=self._agent_spawned,
+            confine=lambda env: self._confine(env, policy),
         )
         stop = await self._link.start()
         if stop is not None:
@@ -256,6 +259,16 @@ class Kernel:
     def _transcript_record(self, type: str, **fields: Any) -> None:
         assert self._transcript is not None
         self._transcript.record(type, **fields)
+
+    def _confine(self, env: dict[str, str], policy: Policy) -> dict[str, str]:
+        """No directory on PATH the agent could plant a program in (`.venv/bin/git` under `write **`)."""
+        if "PATH" in env:
+            kept = policy.search_path(env["PATH"])
+            if kept != env["PATH"] and self._transcript is not None:
+                dropped = [e for e in env["PATH"].split(os.pathsep) if e not in kept.split(os.pathsep)]
+                self._transcript.record("search_path_confined", dropped=dropped)
+            env["PATH"] = kept
+        return env
 
     def _agent_spawned(self, pid: int) -> None:
         if self._active is not None and self._marker is not None:

@@ -208,6 +208,19 @@ class Policy:
             return frozenset()
         return frozenset(approved)
 
+    def search_path(self, value: str) -> str:
+        """`PATH` without the directories an agent could plant a program in: relative entries (they follow
+        the command's cwd into the worktree) and worktree directories a write rule lets it write into."""
+        kept = []
+        for entry in value.split(os.pathsep):
+            if not os.path.isabs(entry):
+                continue
+            rel = self.resolve(entry)
+            if rel is not None and self.judge_write(os.path.join(entry, "planted")).allowed:
+                continue
+            kept.append(entry)
+        return os.pathsep.join(kept)
+
     # --- judging, request by request -----------------------------------------------------------
 
     def judge_tool_call(self, tool_call: Mapping[str, Any]) -> Verdict:

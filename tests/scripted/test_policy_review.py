@@ -532,3 +532,26 @@ def _git_all():
 
 def _reads():
     return [RuleConfig.model_validate(CAREFUL[0]), RuleConfig.model_validate(CAREFUL[1])]
+
+
+# --- programs planted where a trusted name would find them ---------------------------------------
+
+
+def test_path_keeps_no_directory_the_agent_can_write(policy, worktree):
+    outside = "/usr/local/bin:/usr/bin"
+    value = f"{worktree}/src/bin:bin:.:{worktree}/docs/bin::{outside}"
+    assert policy.search_path(value) == f"{worktree}/docs/bin:{outside}"  # docs/ is not writable
+
+
+def test_a_planted_git_on_path_never_runs(scripted_scenario, harness_config, run_loop, harness_workspace, monkeypatch):
+    ws = harness_workspace
+    marker = ws.path.parent / "planted-git-ran"
+    planted = ws.write("src/bin/git", f"#!/bin/sh\ntouch {marker}\n")
+    planted.chmod(0o755)
+    ws.commit("ignore the planted program", {".gitignore": "src/bin/\n"}, push=True)
+    monkeypatch.setenv("PATH", f"{planted.parent}:src/bin:{os.environ['PATH']}")
+    status = {"terminal": {"command": "git", "args": ["status"], "on_failure": "end_turn"}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(status)]})), rules=CAREFUL))
+
+    assert result.terminal is Terminal.IDLE, result.reason
+    assert not marker.exists()
