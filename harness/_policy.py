@@ -187,7 +187,7 @@ class Policy:
             return verdict
         argv = (SHELL, "-c", command) if script else (command, *(args or ()))
         relative = self.resolve(cwd) if cwd else "."
-        return replace(verdict, argv=argv, workdir=os.path.join(self._root, relative or "."))
+        return replace(verdict, argv=argv, workdir=os.path.normpath(os.path.join(self._root, relative or ".")))
 
     def approvals(self, tool_call: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
         """The interactive path: what a person's allow of this tool call lets fs/* and terminal/* reach."""

@@ -14,6 +14,7 @@ import random
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -555,3 +556,51 @@ def test_a_planted_git_on_path_never_runs(scripted_scenario, harness_config, run
 
     assert result.terminal is Terminal.IDLE, result.reason
     assert not marker.exists()
+
+
+# --- one place decides: permission answers and terminals as a pure function -----------------------
+
+OPTIONS = [("ok", "allow_once"), ("always", "allow_always"), ("no", "reject_once")]
+HOST_TOOL = {"title": "mcp__loop-harness-host__open_proposal", "kind": "other", "rawInput": {}}
+IN_TURN = Turn("s1", frozenset({"s1"}), frozenset({"get_issue"}))
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "options", "turn_", "allowed", "option", "why"),
+    [
+        ({"kind": "read", "locations": [{"path": "src/a.txt"}]}, OPTIONS, IN_TURN, True, "ok", "allowed"),
+        ({"kind": "read", "locations": [{"path": "src/a.txt"}]}, OPTIONS[1:], IN_TURN, False, "no",
+         "no_allow_once_option"),  # never allow_always: the agent could keep it past the policy
+        ({"kind": "read", "locations": [{"path": "src/a.txt"}]}, OPTIONS[1:2], IN_TURN, False, None,
+         "no_allow_once_option"),  # nothing to reject with: answered `cancelled`
+        ({"kind": "edit", "locations": [{"path": "docs/a.md"}]}, OPTIONS, IN_TURN, False, "no", "unmatched"),
+        ({**HOST_TOOL, "title": "mcp__loop-harness-host__get_issue"}, OPTIONS, IN_TURN, True, "ok", "host_tool"),
+        (HOST_TOOL, OPTIONS, IN_TURN, False, "no", "unmatched"),  # not in the role's allowlist
+        ({**HOST_TOOL, "title": "mcp__other__get_issue"}, OPTIONS, IN_TURN, False, "no", "unmatched"),
+        ({**HOST_TOOL, "kind": "execute", "title": "mcp__loop-harness-host__get_issue"}, OPTIONS, IN_TURN, False,
+         "no", "no_target"),  # a host tool's title on another kind is that kind's request
+    ],
+)  # fmt: skip
+def test_permission_answers(policy, tool_call, options, turn_, allowed, option, why):
+    verdict = policy.permission("s1", tool_call, options, turn_)
+    assert (verdict.allowed, verdict.option_id, verdict.reason["kind"]) == (allowed, option, why)
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "env", "cwd", "argv", "why"),
+    [
+        ("git", ["status"], {}, None, ("git", "status"), "allowed"),
+        ("git status && ls src", None, {}, None, ("bash", "-c", "git status && ls src"), "allowed"),
+        ("git status && touch x", None, {}, None, None, "unmatched"),
+        ("ls", [], {"LANG": "C", "CLAUDECODE": "1"}, "src", ("ls",), "allowed"),
+        ("ls", [], {"GIT_DIR": "x"}, None, None, "unsafe_env"),
+        ("ls", [], {"PATH": "src"}, None, None, "unsafe_env"),
+        ("ls", [], {}, "/tmp", None, "outside_worktree"),
+    ],
+)
+def test_terminals(policy, worktree, command, args, env, cwd, argv, why):
+    verdict = policy.terminal("s1", command, args, env, cwd and str(worktree / cwd), IN_TURN)
+    assert verdict.reason["kind"] == why
+    if argv is not None:
+        assert (Path(verdict.argv[0]).name, *verdict.argv[1:]) == argv
+        assert verdict.workdir == str(worktree / (cwd or "") if cwd else worktree)
