@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         RateLimited,
     )
     from ._kernel import CONTINUE_PROMPT, STANDING_PROMPT, Kernel
-    from ._policy import Policy, Verdict
+    from ._policy import Policy, Turn, Verdict
     from ._results import RunResult, TaskResult
     from ._terminals import EXIT_CODE, Stop, Terminal
     from ._transcript import Transcript, read_transcript
@@ -36,7 +36,7 @@ _EXPORTS = {
     "._exceptions": ("ConfigError", "HarnessError", "HostRejected", "HostSignal", "HostUnauthorized",
                      "HostUnavailable", "RateLimited"),
     "._kernel": ("CONTINUE_PROMPT", "STANDING_PROMPT", "Kernel"),
-    "._policy": ("Policy", "Verdict"),
+    "._policy": ("Policy", "Turn", "Verdict"),
     "._results": ("RunResult", "TaskResult"),
     "._terminals": ("EXIT_CODE", "Stop", "Terminal"),
     "._transcript": ("Transcript", "read_transcript"),
@@ -66,6 +66,7 @@ __all__ = [
     "TaskResult",
     "Terminal",
     "Transcript",
+    "Turn",
     "Verdict",
     "load_config",
     "parse_config",
