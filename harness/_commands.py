@@ -86,11 +86,21 @@ _GIT_EXEC_OPTIONS = {
 #: git subcommands that print what files hold (any file: a revision or blob id names it).
 _GIT_CONTENT = frozenset({"show", "diff", "cat-file", "grep", "archive", "bundle", "fast-export", "format-patch",
                           "stash", "range-diff", "diff-tree", "diff-index", "diff-files", "blame", "annotate",
-                          "difftool", "apply", "am", "notes", "rev-list", "verify-pack", "unpack-file"})  # fmt: skip
-#: `git log` options that print what files hold, or search it.
-_GIT_CONTENT_OPTIONS = ("--patch", "-p", "-u", "-c", "--cc", "-m", "--stat", "--numstat", "--shortstat", "--dirstat",
-                        "--raw", "--word-diff", "--color-words", "-S", "-G", "--pickaxe", "--full-diff", "--ext-diff",
-                        "--textconv", "-L", "--find-object", "--summary", "--check")  # fmt: skip
+                          "difftool", "apply", "am", "notes", "rev-list", "verify-pack", "unpack-file", "merge-tree",
+                          "request-pull", "checkout-index", "read-tree", "merge-file", "unpack-objects",
+                          "show-index", "get-tar-commit-id"})  # fmt: skip
+#: `git log` options that print only commit messages, names and the history's shape (any other may add diffs).
+_GIT_LOG_NAMES_ONLY = frozenset({
+    "--oneline", "--format", "--pretty", "-n", "--max-count", "--skip", "--since", "--after", "--until", "--before",
+    "--author", "--committer", "--grep", "--all-match", "--invert-grep", "-i", "--regexp-ignore-case", "-E", "-F",
+    "--merges", "--no-merges", "--min-parents", "--max-parents", "--first-parent", "--all", "--branches", "--tags",
+    "--remotes", "--glob", "--exclude", "--graph", "--decorate", "--no-decorate", "--abbrev-commit",
+    "--no-abbrev-commit", "--abbrev", "--date", "--reverse", "--topo-order", "--date-order", "--author-date-order",
+    "--name-only", "--name-status", "--follow", "--no-walk", "--left-right", "--cherry-pick", "--boundary",
+    "--simplify-by-decoration", "--full-history", "--ancestry-path", "--color", "--no-color", "--relative-date",
+    "--parents", "--children", "--source", "--use-mailmap", "--no-patch", "-s", "-z", "--count", "-q", "--quiet",
+    "--output",
+})  # fmt: skip
 _GIT_CONFIG_READS = frozenset({"--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list", "-l", "get", "list"})
 _GIT_CONFIG_FLAGS = frozenset({"--show-origin", "--show-scope", "--local", "--null", "-z", "--name-only",
                                "--includes", "--no-includes", "--bool", "--int", "--path"})  # fmt: skip
@@ -149,7 +159,9 @@ def _analyze(words: Sequence[str]) -> CommandFacts:
         return _pytest(words, args[2:])
     paths = _generic(program, args)
     if program in _READ_ONLY:
-        paths = [PathArg(p.text, p.write, p.certain, program not in _NAMES_ONLY, p.write) for p in paths]
+        listing = program == "ls" and any(_names_option(a, "-R") or _names_option(a, "--recursive") for a in args)
+        whole = program not in _NAMES_ONLY or listing  # `ls -R` lists what every directory below holds
+        paths = [PathArg(p.text, p.write, p.certain, whole, p.write) for p in paths]
     return CommandFacts(shlex.join(words), tuple(paths))
 
 
@@ -199,7 +211,7 @@ def _git(words: Sequence[str]) -> CommandFacts:
         raise Refused("git bisect run runs a program")
     for option in (*_GIT_EXEC_OPTIONS["*"], *_GIT_EXEC_OPTIONS.get(sub, ())):
         for arg in rest:
-            if arg == option or arg.startswith(option + "=") or (len(option) == 2 and arg.startswith(option)):
+            if _names_option(arg, option):
                 raise Refused(f"git {sub} {option} runs a program")
     paths = _generic("git-" + sub, rest)
     paths += _option_values(rest, {"--output-directory": True, "-o": sub in ("format-patch", "archive")})
@@ -219,12 +231,30 @@ def _git(words: Sequence[str]) -> CommandFacts:
 
 def _git_shows_contents(sub: str, rest: Sequence[str]) -> bool:
     """Whether the command prints what files hold. Which files, git decides from revisions, blob ids and
-    pathspecs with magic (`:(icase)`) or globs (`src/secre?/key`): so it is judged as reading them all."""
+    pathspecs with magic (`:(icase)`) or globs (`src/secre?/key`): so it is judged as reading them all.
+    `git log` prints only commit messages and names with the options listed; any other option may add
+    diffs (`-p`, `-U1`, `--binary`, `--remerge-diff`, ...)."""
     if sub in _GIT_CONTENT:
         return True
-    return sub in ("log", "whatchanged", "reflog", "shortlog") and any(
-        a.startswith(_GIT_CONTENT_OPTIONS) or re.fullmatch(r"-[A-Za-z]*[pu][A-Za-z]*", a) for a in rest
+    if sub not in ("log", "whatchanged", "reflog", "shortlog", "show-branch"):
+        return False
+    if sub == "whatchanged":
+        return True  # it always prints a diff summary
+    options = (
+        [a for a in rest[: rest.index("--")] if a.startswith("-")]
+        if "--" in rest
+        else [a for a in rest if a.startswith("-")]
     )
+    return not all(re.fullmatch(r"-[0-9]+", a) or a.split("=", 1)[0] in _GIT_LOG_NAMES_ONLY for a in options)
+
+
+def _names_option(arg: str, option: str) -> bool:
+    """`arg` sets `option`: exactly, with `=VALUE`, abbreviated (git's parse-options take any unambiguous
+    prefix: `--upload-pa=`), or for a short option anywhere in a cluster (`-fx CMD` is `-f -x CMD`)."""
+    if len(option) == 2:
+        return arg.startswith("-") and not arg.startswith("--") and option[1] in arg[1:]
+    name = arg.split("=", 1)[0]
+    return arg == option or (name.startswith("--") and len(name) > 2 and option.startswith(name))
 
 
 def _git_config_reads(rest: Sequence[str]) -> bool:
@@ -278,9 +308,10 @@ def _short_option(arg: str, following: str) -> tuple[str, str]:
 def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
     """Path candidates of any program: operands, option values, `key=value` values, `@file`."""
     for option in _EXEC_OPTIONS.get(program, ()):
-        if any(a == option or a.startswith(option + "=") for a in args):
+        if any(_names_option(a, option) for a in args):
             raise Refused(f"{program} {option} runs a program the policy cannot judge")
     if program == "sed":
+        _check_sed_scripts(args)
         args = _sed_operands(args)
     writes_operands = program in _WRITES_OPERANDS or (program == "sed" and _sed_in_place(args))
     writes_operands = writes_operands or (program == "find" and "-delete" in args)
@@ -352,15 +383,16 @@ def _option_values(args: Sequence[str], options: dict[str, bool]) -> list[PathAr
             if not write:
                 continue
             if len(option) > 2:
-                if len(name) > 3 and name.startswith("--") and option.startswith(name):
+                if len(name) > 2 and name.startswith("--") and option.startswith(name):
                     if eq:
                         found.append(_candidate(value, write=True, certain=True))
                     elif i + 1 < len(args):
                         found.append(_candidate(args[i + 1], write=True, certain=True))
-            elif arg == option and i + 1 < len(args):
-                found.append(_candidate(args[i + 1], write=True, certain=True))
-            elif arg.startswith(option) and len(arg) > 2 and not arg.startswith("--"):
-                found.append(_candidate(arg[2:], write=True, certain=True))
+            elif arg.startswith("-") and not arg.startswith("--") and option[1] in arg[1:]:
+                # anywhere in a cluster (`sort -uo FILE`, `cp -vt DIR`): the rest of it, or the next argument
+                rest = arg[arg.index(option[1], 1) + 1 :]
+                if rest or i + 1 < len(args):
+                    found.append(_candidate(rest or args[i + 1], write=True, certain=True))
     return found
 
 
@@ -376,6 +408,69 @@ def _candidate(text: str, *, write: bool = False, certain: bool = False) -> Path
 
 
 def _sed_in_place(args: Sequence[str]) -> bool:
-    return any(a == "-i" or a.startswith("--in-place") or (a.startswith("-i") and not a.startswith("--"))
-               or (a.startswith("-") and not a.startswith("--") and "i" in a[1:] and "e" not in a[1:])
+    return any(_names_option(a, "--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a[1:])
                for a in args)  # fmt: skip
+
+
+def _check_sed_scripts(args: Sequence[str]) -> None:
+    """sed's own commands can write (`w FILE`, `s///w FILE`), read (`r FILE`) and run (`e`, `s///e`)
+    files no argument names: a script that uses one, or a script file (`-f`) the policy cannot read, is
+    refused. Scripts are read the way GNU sed reads them; anything unclear is refused."""
+    scripts: list[str] = []
+    for i, arg in enumerate(args):
+        if _names_option(arg, "--file") or (arg.startswith("-") and not arg.startswith("--") and "f" in arg[1:]):
+            raise Refused("sed -f runs a script file the policy cannot judge")
+        if arg in ("-e", "--expression") and i + 1 < len(args):
+            scripts.append(args[i + 1])
+        elif arg.startswith("--expression="):
+            scripts.append(arg.split("=", 1)[1])
+        elif arg.startswith("-e") and len(arg) > 2:
+            scripts.append(arg[2:])
+    if not scripts:
+        operands = [a for a in args if not a.startswith("-")]
+        scripts = operands[:1]
+    for script in scripts:
+        _check_sed_script(script)
+
+
+def _check_sed_script(script: str) -> None:
+    i, n = 0, len(script)
+    while i < n:
+        ch = script[i]
+        if ch in " \t\n;{}!0123456789,$~":  # separators, blocks, negation and line addresses
+            i += 1
+        elif ch in "/\\":  # a /regex/ or \cregexc address
+            delimiter = script[i + 1] if ch == "\\" and i + 1 < n else "/"
+            i = _sed_delimited(script, i + (2 if ch == "\\" else 1), delimiter)
+            while i < n and script[i] in "IM":
+                i += 1
+        elif ch in "sy":
+            if i + 1 >= n or script[i + 1] in "\\\n":
+                raise Refused("sed: an s or y command without a delimiter")
+            delimiter = script[i + 1]
+            i = _sed_delimited(script, _sed_delimited(script, i + 2, delimiter), delimiter)
+            flags = re.match(r"[gpiImMe0-9w]*", script[i:])
+            if flags and ("w" in flags.group() or "e" in flags.group()):
+                raise Refused("sed s///w and s///e write a file or run a command the policy cannot judge")
+            i += len(flags.group()) if flags else 0
+        elif ch in "wWrReF":
+            raise Refused(f"sed command {ch!r} reads, writes or runs a file the policy cannot judge")
+        elif ch in "aic:btT":  # text or a label: the rest of the line
+            end = script.find("\n", i)
+            i = n if end < 0 else end
+        elif ch in "pPdDnNgGhHxlLqQz=v":
+            i += 1
+        else:
+            raise Refused(f"sed command {ch!r} is not one the policy knows")
+
+
+def _sed_delimited(script: str, i: int, delimiter: str) -> int:
+    """The index just past the unescaped `delimiter` that ends the part starting at `i`."""
+    while i < len(script):
+        if script[i] == "\\":
+            i += 2
+            continue
+        if script[i] == delimiter:
+            return i + 1
+        i += 1
+    raise Refused("sed: an unterminated regular expression or replacement")

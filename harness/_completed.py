@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -36,25 +37,35 @@ class CompletedTasks:
         completion, appended: a line torn by a crash is skipped, the others stand."""
         tasks: dict[str, dict[str, Any]] = {}
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except (OSError, ValueError):
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
             return tasks
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return tasks
+            lines = f.read(16 << 20).decode("utf-8", errors="replace").splitlines()
         for line in lines:
-            with contextlib.suppress(ValueError, TypeError, AttributeError):
+            with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
                 entry = json.loads(line)
-                tasks[str(entry.pop("id"))] = entry
+                # only the fields the kernel writes, as text: a line cannot rewrite the reason it becomes
+                tasks[str(entry["id"])] = {k: str(entry[k]) for k in ("transcript", "at") if k in entry}
         return tasks
 
     def add(self, task_id: str, transcript: Path) -> None:
         """Record a completed task: one line appended, before the kernel acts on the completion."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not stat.S_ISDIR(os.lstat(self.path.parent).st_mode):
+            raise OSError(f"{self.path.parent} is not a directory")
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         line = json.dumps({"id": task_id, "transcript": str(transcript), "at": at}) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(self.path, flags, 0o644)
         try:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
 
     def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(self.path.parent).st_mode):  # never through a symlinked directory
+                self.path.unlink(missing_ok=True)

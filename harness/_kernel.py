@@ -157,7 +157,7 @@ class Kernel:
         try:
             recovered = active.recover()  # runs whose kernel died: ended Failed/restarted
             transcript = self._transcript = Transcript(self.transcript_path, observer=self.observer)
-            self._marker, self._token = active.begin(self.transcript_path)
+            self._marker, self._token, trust = active.begin(self.transcript_path)
         except OSError as exc:
             raise ConfigError("transcripts", f"cannot write {self.transcript_path}: {exc.strerror or exc}") from None
         self._active = active
@@ -171,6 +171,7 @@ class Kernel:
             agent=self.config.agent.command,
             provider=self.provider.name,
             rules=[r.id for r in self.config.policy.rules],
+            **trust,  # what recovery checks a marker against, should this kernel die
         )
         for run in recovered:
             transcript.record("recovered", **run)
@@ -390,7 +391,10 @@ class Kernel:
                 return Stop(result.terminal, result.reason)
             completed.add(task.id)  # skipped from now on, even if the host cannot mark it done
             if store is not None:
-                store.add(task.id, self.transcript_path)  # and by the next run of this queue
+                try:
+                    store.add(task.id, self.transcript_path)  # and by the next run of this queue
+                except OSError as exc:
+                    self._transcript_record("completion_not_kept", task=task.id, error=exc.strerror or str(exc))
             outcome = await host.call("mark_done", self.provider.mark_done, task)
             if isinstance(outcome, Stop):
                 result.mark_done_error = dict(outcome.reason)

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ._commands import Refused, analyze, names_path
+from ._commands import PathArg, Refused, analyze, names_path
 from ._config import HOST_SERVER_NAME, RuleConfig
-from ._shell import Unparseable, parse_invocation
+from ._shell import Command, Unparseable, parse_invocation
 
 __all__ = ["DEFAULT_PROTECTED", "TOOL_KIND_TO_RULE_KIND", "Policy", "Turn", "Verdict", "glob_matches"]
 
@@ -297,56 +297,82 @@ class Policy:
             invocation = parse_invocation(command, args)
         except Unparseable as exc:
             return _refuse("unparseable", command=_as_text(command, args), why=str(exc))
-        cwds = [base]  # every directory the script may be in at this point (a `cd` may fail)
+        # Where each command may run, per shell (scope): `chain` if every command joined to it by `&&`
+        # succeeded, `every` whatever failed (a `cd` that fails leaves the shell where it was).
+        shells: dict[tuple[int, ...], tuple[list[str], list[str]]] = {(0,): ([base], [base])}
         rule_ids: list[str] = []
         for step in invocation.commands:
-            if step.words:
-                try:
-                    facts = analyze(step.words)
-                except Refused as exc:
-                    return _refuse("unsafe_argument", command=step.text, why=str(exc))
-                verdict = self._judge("execute", [facts.match_text], approvals, also_denied=facts.aliases)
+            if step.scope not in shells:  # a subshell or nested shell starts where its parent is now
+                chain, every = shells.get(step.scope[:-1]) or shells[(0,)]
+                start = chain if step.after == "&&" else every
+                shells[step.scope] = (start, start)
+            chain, every = shells[step.scope]
+            here = chain if step.after == "&&" else every
+            verdict = self._judge_step(step, here, approvals)
+            if not verdict.allowed:
+                return verdict
+            rule_ids += verdict.rule_ids
+            moved = verdict.paths  # where a `cd` leads (empty for any other command)
+            if moved:
+                every = list(dict.fromkeys([*every, *moved]))
+                if len(every) > _MAX_CWDS:
+                    return _refuse("unparseable", command=_as_text(command, args), why="too many directory changes")
+            shells[step.scope] = (list(moved) or here, every)
+        return Verdict(True, tuple(dict.fromkeys(rule_ids)), {"kind": "allowed"})
+
+    def _judge_step(self, step: Command, cwds: list[str], approvals: frozenset[tuple[str, str]]) -> Verdict:
+        """One simple command run in any of `cwds`: the program, the paths it names, its redirections.
+        For a `cd`, the verdict's `paths` are the directories it may lead to."""
+        rule_ids: list[str] = []
+        moved: list[str] = []
+        if step.words:
+            try:
+                facts = analyze(step.words)
+            except Refused as exc:
+                return _refuse("unsafe_argument", command=step.text, why=str(exc))
+            verdict = self._judge("execute", [facts.match_text], approvals, also_denied=facts.aliases)
+            if not verdict.allowed:
+                return verdict
+            rule_ids += verdict.rule_ids
+            places = cwds if facts.directory is None else self._places(cwds, facts.directory)
+            if places is None:
+                return _refuse("outside_worktree", path=facts.directory, why="git -C names a place outside")
+            for place in places:
+                nested = self._nested_repository(place)
+                if nested is not None:
+                    why = "a nested repository: its config and hooks are programs git would run"
+                    return _refuse("nested_repository", path=nested, command=step.text, why=why)
+            for arg in facts.paths:
+                for place in places:
+                    verdict = self._judge_path_argument(arg, os.path.join(place, arg.text), approvals)
+                    if not verdict.allowed:
+                        return replace(verdict, reason={**verdict.reason, "command": step.text})
+                    rule_ids += verdict.rule_ids
+            if facts.changes_directory is not None:
+                leads = self._places(cwds, facts.changes_directory, logical=True)
+                if leads is None:
+                    return _refuse("outside_worktree", path=facts.changes_directory, why="cd leaves the worktree")
+                moved = leads
+        for redirect in step.redirects:
+            for place in cwds:
+                kind = "write" if redirect.writes else "read"
+                verdict = self._judge_argument(kind, os.path.join(place, redirect.target), approvals)
                 if not verdict.allowed:
                     return verdict
                 rule_ids += verdict.rule_ids
-                places = cwds if facts.directory is None else self._places(cwds, facts.directory)
-                if places is None:
-                    return _refuse("outside_worktree", path=facts.directory, why="git -C names a place outside")
-                for place in places:
-                    nested = self._nested_repository(place)
-                    if nested is not None:
-                        why = "a nested repository: its config and hooks are programs git would run"
-                        return _refuse("nested_repository", path=nested, command=step.text, why=why)
-                for arg in facts.paths:
-                    for place in places:
-                        joined = os.path.join(place, arg.text)
-                        if not names_path(arg, os.path.lexists(os.path.join(self._root, joined))):
-                            continue
-                        kind = "write" if arg.write else "read"
-                        verdict = self._judge_argument(kind, joined, approvals, recursive=arg.recursive)
-                        if verdict.allowed and arg.may_write and kind == "read":
-                            # a program we do not know to only read it could write it (`--outp=.git/config`)
-                            rel = self.resolve(joined)
-                            if rel is not None and self.is_protected(rel):
-                                verdict = Verdict(False, ("protected",), {"kind": "protected_path", "path": rel})
-                        if not verdict.allowed:
-                            return replace(verdict, reason={**verdict.reason, "command": step.text})
-                        rule_ids += verdict.rule_ids
-            for redirect in step.redirects:
-                for place in cwds:
-                    kind = "write" if redirect.writes else "read"
-                    verdict = self._judge_argument(kind, os.path.join(place, redirect.target), approvals)
-                    if not verdict.allowed:
-                        return verdict
-                    rule_ids += verdict.rule_ids
-            if step.words and facts.changes_directory is not None:
-                moved = self._places(cwds, facts.changes_directory)
-                if moved is None:
-                    return _refuse("outside_worktree", path=facts.changes_directory, why="cd leaves the worktree")
-                cwds = list(dict.fromkeys([*cwds, *moved]))
-                if len(cwds) > _MAX_CWDS:
-                    return _refuse("unparseable", command=_as_text(command, args), why="too many directory changes")
-        return Verdict(True, tuple(dict.fromkeys(rule_ids)), {"kind": "allowed"})
+        return Verdict(True, tuple(rule_ids), {"kind": "allowed"}, tuple(moved))
+
+    def _judge_path_argument(self, arg: PathArg, path: str, approvals: frozenset[tuple[str, str]]) -> Verdict:
+        if not names_path(arg, os.path.lexists(os.path.join(self._root, path))):
+            return Verdict(True)
+        kind = "write" if arg.write else "read"
+        verdict = self._judge_argument(kind, path, approvals, recursive=arg.recursive)
+        if verdict.allowed and arg.may_write and kind == "read":
+            # a program not known to only read it could write it (`--outp=.git/config`)
+            rel = self.resolve(path)
+            if rel is not None and self.is_protected(rel):
+                return Verdict(False, ("protected",), {"kind": "protected_path", "path": rel})
+        return verdict
 
     def _judge_argument(
         self, kind: str, path: str, approvals: frozenset[tuple[str, str]], *, recursive: bool = False
@@ -357,10 +383,24 @@ class Policy:
             return Verdict(True, ("builtin:dev-null",), {"kind": "allowed"})
         return self._judge_paths(kind, [path], approvals, confine_only=self.interactive, recursive=recursive)
 
-    def _places(self, cwds: Sequence[str], directory: str) -> list[str] | None:
-        """Where `cd DIR` (or `git -C DIR`) leads from each possible cwd; None if any leads outside."""
-        places = [self.resolve(os.path.join(cwd, directory)) for cwd in cwds]
-        return None if None in places else list(dict.fromkeys(p for p in places if p is not None))
+    def _places(self, cwds: Sequence[str], directory: str, *, logical: bool = False) -> list[str] | None:
+        """Where `git -C DIR` (the kernel resolves it) or `cd DIR` leads from each possible cwd; None if any
+        reading leads outside. Bash's `cd` is logical: it drops `link/..` as text before it looks (and
+        falls back to the kernel's reading when that fails), so a `cd` is judged both ways."""
+        places: list[str] = []
+        for cwd in cwds:
+            physical = self.resolve(os.path.join(cwd, directory))
+            if physical is None:
+                return None
+            places.append(physical)
+            if logical:
+                text = os.path.normpath(os.path.join(cwd, directory))
+                if os.path.isabs(directory) and _inside(text, self._root):
+                    text = text[len(self._root.rstrip("/")) + 1 :]
+                if text == ".." or text.startswith("../") or os.path.isabs(text) or self.resolve(text) is None:
+                    return None
+                places.append(text)
+        return list(dict.fromkeys(places))
 
     # --- paths ---------------------------------------------------------------------------------
 
@@ -386,9 +426,10 @@ class Policy:
         real = os.path.join(self._root, relative)
         return any(real == p or _inside(real, p) or _inside(p, real) for p in self._protected_paths)
 
-    def _nested_repository(self, relative: str) -> str | None:
-        """The nearest directory from `relative` up to (not including) the worktree root that git would
+    def _nested_repository(self, place: str) -> str | None:
+        """The nearest directory from `place` up to (not including) the worktree root that git would
         take for a repository of its own: one holding `.git`, or one that looks like a bare repository."""
+        relative = self.resolve(place) or "."
         parts = [] if relative == "." else relative.split("/")
         while parts:
             here = os.path.join(self._root, *parts)

@@ -20,6 +20,7 @@ and the torn bytes are kept in the recovery record.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -46,14 +47,15 @@ class ActiveRuns:
         self.transcripts = transcripts
         self.directory = transcripts / ".active"
 
-    def begin(self, transcript: Path) -> tuple[Path, str]:
-        """Mark a run active; returns its marker and its token."""
+    def begin(self, transcript: Path) -> tuple[Path, str, dict[str, Any]]:
+        """Mark a run active; returns its marker, its token, and what the run's `run_start` must record
+        for recovery to trust the marker (the kernel's identity and the token's hash)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         marker = self.directory / f"{transcript.name}.json"
         token = secrets.token_hex(16)
-        self._write(marker, {"transcript": transcript.name, "token": token, "started": time.time(),
-                             "kernel": _identity(os.getpid())})  # fmt: skip
-        return marker, token
+        kernel = _identity(os.getpid())
+        self._write(marker, {"transcript": transcript.name, "token": token, "started": time.time(), "kernel": kernel})
+        return marker, token, {"kernel": kernel, "token_sha256": hashlib.sha256(token.encode()).hexdigest()}
 
     def agent_started(self, marker: Path, pid: int) -> None:
         data = json.loads(marker.read_text())
@@ -64,26 +66,44 @@ class ActiveRuns:
         marker.unlink(missing_ok=True)
 
     def recover(self) -> list[dict[str, Any]]:
-        """End every run whose kernel is gone; returns what was recovered (or refused)."""
+        """End every run whose kernel is gone; returns what was recovered (or refused). Never raises for
+        what it finds: a stray entry is reported and left alone, so no entry can stop later runs."""
+        try:
+            if not stat.S_ISDIR(os.lstat(self.directory).st_mode):  # a symlink is followed nowhere
+                return [{"marker": str(self.directory), "refused": "not a directory of this kernel's"}]
+            entries = sorted(self.directory.iterdir())
+        except OSError:
+            return []
         recovered = []
-        entries = sorted(self.directory.iterdir()) if self.directory.is_dir() else []
         for marker in entries:
             if marker.suffix == ".tmp":
                 continue
-            outcome = self._recover_one(marker)
+            try:
+                outcome = self._recover_one(marker)
+            except OSError as exc:
+                outcome = {"marker": marker.name, "refused": f"{type(exc).__name__}: {exc.strerror or exc}"}
             if outcome is not None:
                 recovered.append(outcome)
         return recovered
 
     def _recover_one(self, marker: Path) -> dict[str, Any] | None:
+        mode = os.lstat(marker).st_mode
+        if stat.S_ISLNK(mode):
+            marker.unlink()  # the link itself, never what it points to
+            return {"marker": marker.name, "refused": "a symlink: removed, nothing followed"}
+        if not stat.S_ISREG(mode):
+            return {"marker": marker.name, "refused": "not a regular file: left alone"}
         data = _read_marker(marker)
         name = _MARKER.fullmatch(marker.name)
         if data is None or name is None or data.get("transcript") != name[1] or not isinstance(data.get("token"), str):
             marker.unlink(missing_ok=True)
             return {"marker": marker.name, "refused": "not a marker this kernel wrote: nothing followed"}
+        transcript = self.transcripts / name[1]
+        if not _matches_run_start(transcript, data):
+            marker.unlink(missing_ok=True)
+            return {"marker": marker.name, "refused": "it does not match its transcript's run_start: nothing followed"}
         if _alive(data.get("kernel")):
             return None  # another kernel is running it now
-        transcript = self.transcripts / name[1]
         ended = end_processes(data["token"], since=float(data.get("started") or 0.0))
         detail = "the kernel running this loop stopped without ending it"
         reason: dict[str, Any] = {"kind": "restarted", "detail": detail, "agent_killed": bool(ended),
@@ -147,6 +167,28 @@ def _read_marker(marker: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _matches_run_start(transcript: Path, marker: dict[str, Any]) -> bool:
+    """The marker is the one the transcript's own kernel wrote: same kernel, same token (by its hash)."""
+    try:
+        fd = os.open(transcript, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        try:
+            first = json.loads(f.readline(1 << 20))
+        except ValueError:
+            return False
+    token_hash = hashlib.sha256(str(marker.get("token")).encode()).hexdigest()
+    return (
+        isinstance(first, dict)
+        and first.get("type") == "run_start"
+        and first.get("kernel") == marker.get("kernel")
+        and first.get("token_sha256") == token_hash
+    )
+
+
 def _append_terminal(transcript: Path, reason: dict[str, Any]) -> dict[str, Any]:
     """Append the terminal to a dead run's transcript, after cutting a torn last line. Never follows a
     symlink; refuses a file that is not this run's transcript (its first record is its run_start)."""
@@ -166,16 +208,16 @@ def _append_terminal(transcript: Path, reason: dict[str, Any]) -> dict[str, Any]
 
 def _repair_and_end(f: Any, reason: dict[str, Any]) -> dict[str, Any]:
     size = f.seek(0, os.SEEK_END)
-    tail_start = max(0, size - (1 << 20))
-    f.seek(tail_start)
-    tail = f.read()
-    cut = tail.rfind(b"\n") + 1  # the end of the last whole line
+    cut = _line_start(f, size)  # where the last line starts: the end of the last whole line
     extra: dict[str, Any] = {}
-    if cut < len(tail):
-        torn = tail[cut:]
-        extra["torn_tail"] = {"bytes": len(torn), "text": torn[:_TORN_KEEP].decode("utf-8", errors="replace")}
-        f.truncate(tail_start + cut)
-    last = _last_record(tail[:cut])
+    if cut < size:
+        f.seek(cut)
+        torn = f.read(_TORN_KEEP * 4)
+        extra["torn_tail"] = {"bytes": size - cut, "text": torn.decode("utf-8", errors="ignore")[:_TORN_KEEP]}
+        f.truncate(cut)
+    previous = _line_start(f, cut - 1) if cut else 0
+    f.seek(previous)
+    last = _last_record(f.read(cut - previous))
     if last.get("type") == "terminal":
         return {"already_ended": True, **extra}
     record = {"seq": int(last.get("seq") or 0) + 1, "t": last.get("t"), "type": "terminal", "terminal": "Failed",
@@ -183,6 +225,20 @@ def _repair_and_end(f: Any, reason: dict[str, Any]) -> dict[str, Any]:
     f.seek(0, os.SEEK_END)
     f.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
     return extra
+
+
+def _line_start(f: Any, end: int, block: int = 1 << 20) -> int:
+    """The offset just past the last newline before `end` (0 if none): read backwards, a block at a time,
+    so a torn line of any length is found whole."""
+    position = end
+    while position > 0:
+        start = max(0, position - block)
+        f.seek(start)
+        found = f.read(position - start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        position = start
+    return 0
 
 
 def _last_record(data: bytes) -> dict[str, Any]:

@@ -22,10 +22,11 @@ refused.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 __all__ = ["SHELLS", "Command", "Invocation", "Redirect", "Unparseable", "parse_invocation", "parse_script"]
@@ -95,10 +96,15 @@ class Redirect:
 class Command:
     """A simple command: its words (after quote removal) and its redirections, in script order.
 
-    A command with no words is a bare redirection (`> file` truncates the file)."""
+    A command with no words is a bare redirection (`> file` truncates the file). `after` is the operator
+    that joins it to the command before it in the same shell (`&&`: it runs only if that one succeeded);
+    `scope` names the shell it runs in: the script's own is `(0,)`, each subshell `( ... )` and each
+    nested `bash -c` adds a level, so a `cd` in one never moves the commands of another."""
 
     words: tuple[str, ...]
     redirects: tuple[Redirect, ...] = ()
+    after: str = ""
+    scope: tuple[int, ...] = (0,)
 
     @property
     def text(self) -> str:
@@ -125,18 +131,32 @@ def parse_invocation(command: str | Sequence[str], args: Sequence[str] | None = 
     for word in argv:
         _check_characters(word)
     commands: list[Command] = []
-    _add_command(argv, (), commands, depth=0)
+    _add_command(argv, (), commands, _Place(0, "", (0,), itertools.count(1)))
     return Invocation(tuple(commands))
 
 
-def parse_script(script: str, *, _depth: int = 0) -> Invocation:
+def parse_script(script: str) -> Invocation:
     """Split a shell script into its simple commands, each with its redirections."""
+    return Invocation(tuple(_parse(script, _Place(0, "", (0,), itertools.count(1)))))
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where a script being parsed sits: how deep in nested shells, the operator before it, its scope."""
+
+    depth: int
+    after: str
+    scope: tuple[int, ...]
+    ids: Iterator[int]
+
+
+def _parse(script: str, place: _Place) -> list[Command]:
     if not isinstance(script, str):
         raise Unparseable(f"not a script: {script!r}")
-    if _depth > _MAX_DEPTH:
+    if place.depth > _MAX_DEPTH:
         raise Unparseable(f"shells nested more than {_MAX_DEPTH} deep")
     _check_characters(script)
-    return Invocation(tuple(_Parser(_tokens(script), _depth).commands()))
+    return _Parser(_tokens(script), place).commands()
 
 
 # --- the lexer ---------------------------------------------------------------------------------
@@ -239,10 +259,12 @@ def _refuse_unquoted(ch: str, *, at_start: bool, after: str) -> None:
 
 
 class _Parser:
-    def __init__(self, tokens: list[_Token], depth: int) -> None:
+    def __init__(self, tokens: list[_Token], place: _Place) -> None:
         self.tokens = tokens
-        self.depth = depth
+        self.place = place
         self.out: list[Command] = []
+        self.scopes = [place.scope]  # the innermost last
+        self.joined = place.after  # the operator before the next command, in its own scope
 
     def commands(self) -> list[Command]:
         words: list[str] = []
@@ -273,11 +295,13 @@ class _Parser:
                 self._flush(words, redirects)
                 after_close = False
                 need_command = value in _CONNECTORS
+                self.joined = value
             elif value == "(":
                 if words or redirects or after_close:
                     raise Unparseable("'(' after a word: a function definition or a syntax error")
                 depth += 1
                 need_command = True
+                self.scopes.append((*self.scopes[-1], next(self.place.ids)))  # keeps the operator before it
             elif value == ")":
                 if depth == 0:
                     raise Unparseable("')' without a matching '('")
@@ -286,6 +310,8 @@ class _Parser:
                 self._flush(words, redirects)
                 depth -= 1
                 after_close = True
+                self.scopes.pop()
+                self.joined = ""
             else:  # a redirection: the next token is its target
                 if i + 1 >= len(tokens) or tokens[i + 1].op:
                     raise Unparseable(f"redirection {value!r} has no target")
@@ -311,24 +337,27 @@ class _Parser:
 
     def _flush(self, words: list[str], redirects: list[Redirect]) -> None:
         if words or redirects:
-            _add_command(words, tuple(redirects), self.out, depth=self.depth)
+            place = _Place(self.place.depth, self.joined, self.scopes[-1], self.place.ids)
+            _add_command(words, tuple(redirects), self.out, place)
+            self.joined = ""
         words.clear()
         redirects.clear()
 
 
-def _add_command(words: Sequence[str], redirects: tuple[Redirect, ...], out: list[Command], *, depth: int) -> None:
+def _add_command(words: Sequence[str], redirects: tuple[Redirect, ...], out: list[Command], place: _Place) -> None:
     if words and words[0] in _RESERVED:
         raise Unparseable(f"the reserved word {words[0]!r} cannot be judged as a command")
     if words and os.path.basename(words[0]) in _EVALUATING_BUILTINS and any("$" in w or "`" in w for w in words[1:]):
         raise Unparseable(f"{words[0]} evaluates '$(...)' in its arguments")
     script = shell_script(words) if words else None
     if script is None:
-        out.append(Command(tuple(words), redirects))
+        out.append(Command(tuple(words), redirects, place.after, place.scope))
         return
-    inner = parse_script(script, _depth=depth + 1)  # a nested `bash -c '...'`: judge what it runs
     if redirects:  # the wrapper's own redirections, judged where the wrapper runs
-        out.append(Command((), redirects))
-    out.extend(inner.commands)
+        out.append(Command((), redirects, place.after, place.scope))
+    # a nested `bash -c '...'`: judge what it runs, in a shell of its own
+    inner = _Place(place.depth + 1, place.after, (*place.scope, next(place.ids)), place.ids)
+    out.extend(_parse(script, inner))
 
 
 def shell_script(argv: Sequence[str]) -> str | None:

@@ -273,3 +273,72 @@ def test_a_forged_marker_is_followed_nowhere(scripted_scenario, harness_config, 
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_a_torn_line_longer_than_a_read_block_is_cut_whole(scripted_scenario, harness_config, tmp_path):
+    busy = scripted_scenario(scenario({"T1": [turn({"message": "working"}, {"hang": True})]}), name="busy.yaml")
+    first = tmp_path / "transcripts" / "first.jsonl"
+    process = start(harness_config(busy, name="busy-loop.yaml"), first)
+    wait_for(lambda: "working" in "".join(said(first)), "the agent to work")
+    kill_kernel(process)
+    torn = b'{"seq": 99, "type": "rpc", "msg": "' + "é".encode() * (3 << 20)  # 6 MiB, no newline
+    with first.open("ab") as f:
+        f.write(torn)
+
+    recover(harness_config, scripted_scenario)
+
+    last = assert_ended_restarted(first)
+    assert last["reason"]["torn_tail"]["bytes"] == len(torn)
+
+
+def test_a_live_runs_marker_rewritten_to_name_a_dead_kernel_is_not_trusted(scripted_scenario, harness_config, tmp_path):
+    busy = scripted_scenario(scenario({"T1": [turn({"message": "working"}, {"hang": True})]}), name="busy.yaml")
+    first = tmp_path / "transcripts" / "first.jsonl"
+    process = start(harness_config(busy, name="busy-loop.yaml"), first)
+    try:
+        wait_for(lambda: "working" in "".join(said(first)), "the agent to work")
+        marker = first.parent / ".active" / f"{first.name}.json"
+        forged = {**json.loads(marker.read_text()), "kernel": {"pid": 999999, "started": 1.0}}
+        marker.write_text(json.dumps(forged))
+        agent = next(r["pid"] for r in records(first) if r["type"] == "agent_start")
+
+        second = recover(harness_config, scripted_scenario)
+
+        assert not gone(agent, settle=0.3), "a live run's agent was killed"
+        assert records(first)[-1]["type"] != "terminal"
+        recovered = [
+            r for r in read_transcript(Path(last_json(second.stdout)["transcript"])) if r["type"] == "recovered"
+        ]
+        assert "run_start" in recovered[0]["refused"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        assert process.stderr is not None
+        process.stderr.close()
+    assert records(first)[-1]["terminal"] == "Cancelled"
+
+
+@pytest.mark.parametrize("what", ["active-symlink", "active-entry-directory", "completed-symlink"])
+def test_what_an_agent_plants_in_the_transcripts_directory_is_followed_nowhere(
+    scripted_scenario, harness_config, tmp_path, what
+):
+    transcripts = tmp_path / "transcripts"
+    transcripts.mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.docx").write_text("years of work\n")
+    if what == "active-symlink":
+        os.symlink(victim, transcripts / ".active")
+    elif what == "active-entry-directory":
+        (transcripts / ".active" / "run-x.jsonl.json").mkdir(parents=True)
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")],
+                                       "T2": [turn({"crash": {}})]}))  # fmt: skip
+    config = harness_config(path, tasks=[{"id": "T1", "title": "one"}, {"id": "T2", "title": "two"}])
+    if what == "completed-symlink":
+        os.symlink(victim, transcripts / ".completed")
+
+    done = cli("run", config, "--json")
+
+    assert last_json(done.stdout)["tasks"][0]["terminal"] == "Completed", done.stderr  # it ran
+    assert sorted(p.name for p in victim.iterdir()) == ["thesis.docx"]
+    assert (victim / "thesis.docx").read_text() == "years of work\n"

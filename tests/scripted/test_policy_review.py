@@ -604,3 +604,102 @@ def test_terminals(policy, worktree, command, args, env, cwd, argv, why):
     if argv is not None:
         assert (Path(verdict.argv[0]).name, *verdict.argv[1:]) == argv
         assert verdict.workdir == str(worktree / (cwd or "") if cwd else worktree)
+
+
+# --- second review: cd as bash does it, more git, sed, clusters ------------------------------------
+
+WITH_CD = [*CAREFUL, {"id": "cd", "kind": "execute", "commands": ["cd *", "echo *"], "decision": "allow"}]
+
+
+@pytest.fixture(name="linked")
+def linked_fixture(worktree):
+    """`up` -> src/a/b: bash's cd reads `up/..` as `.`, the kernel as src/a."""
+    (worktree / "src" / "a" / "b").mkdir(parents=True)
+    os.symlink("src/a/b", worktree / "up")
+    return Policy([RuleConfig.model_validate(r) for r in WITH_CD], worktree)
+
+
+@pytest.mark.parametrize(
+    ("script", "why"),
+    [
+        ("(cd up/../src/secret && cat key)", "denied"),  # bash is in src/secret; the kernel's reading, src/a/...
+        ("cd up/../.. && cat outside.txt", "outside_worktree"),
+        ("cd up/.. && echo x > docs.txt", "unmatched"),  # bash writes ./docs.txt, not src/a/docs.txt
+        ("cd src; echo x > y.txt", "unmatched"),  # if the cd fails, y.txt is written where the script began
+        ("(cd src) && echo x > y.txt", "unmatched"),  # a subshell's cd ends with it
+        ("bash -c 'cd src' && echo x > y.txt", "unmatched"),  # so does a nested shell's
+        ("cd src | echo x > y.txt", "unmatched"),
+    ],
+)
+def test_cd_is_judged_as_bash_moves(linked, script, why):
+    refused(linked.judge_execute(["bash", "-c", script]), why)
+
+
+@pytest.mark.parametrize(
+    "script", ["cd src && echo x > y.txt", "cd src && (echo x > y.txt)", "cd up/.. && cd src && echo x > y.txt"]
+)
+def test_cd_then_and_writes_where_the_cd_led(linked, script):
+    assert linked.judge_execute(["bash", "-c", script]).allowed
+
+
+def test_a_logical_cd_never_reads_a_denied_file(scripted_scenario, harness_config, run_loop, harness_workspace):
+    ws = harness_workspace
+    (ws.path / "src" / "a" / "b").mkdir(parents=True)
+    (ws.path / "src" / "a" / "b" / "keep").write_text("\n")
+    os.symlink("src/a/b", ws.path / "up")
+    ws.commit("a link", {"src/secret/key": "TOPSECRET\n"}, push=True)
+    peek = {"terminal": {"command": "bash", "args": ["-c", "cd up/../src/secret && cat key"]}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn(peek)]})), rules=WITH_CD))
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["refusal"]["kind"] == "denied"
+    assert "TOPSECRET" not in result.transcript.read_text()
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git log -U1", "git log --unified=0", "git log --binary", "git log --remerge-diff", "git whatchanged -1",
+     "git log -1 --stat", "git log --oneline -p"],
+)  # fmt: skip
+def test_git_log_that_prints_diffs_reads_the_whole_worktree(worktree, command):
+    everything = Policy([RuleConfig.model_validate(r) for r in [*CAREFUL, _git_all()]], worktree)
+    refused(everything.judge_execute(command), "denied")
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git merge-tree a b c", "git request-pull -p HEAD~1 origin HEAD", "git checkout-index -a --prefix=src/leak/",
+     "git ls-remote --upload-pac=touch origin", "git fetch --upload-pa=touch origin", "git rebase --exe=touch HEAD~1",
+     "git rebase -fx touch HEAD~1", "git grep -iO x"],
+)  # fmt: skip
+def test_more_git_that_reads_everything_or_runs_programs(worktree, command):
+    everything = Policy([RuleConfig.model_validate(r) for r in [*CAREFUL, _git_all()]], worktree)
+    refused(everything.judge_execute(command), "denied", "unsafe_argument")
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("sed --i s/a/b/ docs/t.txt", "unmatched"),  # --i is --in-place
+        ("sed -ni 1p docs/t.txt", "unmatched"),
+        ("sed -n 'w docs/w.txt' src/a.txt", "unsafe_argument"),
+        ("sed '1e touch pwned' src/a.txt", "unsafe_argument"),
+        ("sed 's/a/b/w docs/w.txt' src/a.txt", "unsafe_argument"),
+        ("sed 1r/etc/passwd src/a.txt", "unsafe_argument"),
+        ("sed -f script.sed src/a.txt", "unsafe_argument"),
+        ("sort -uo docs/sorted src/a.txt", "unmatched"),  # -o inside a cluster
+        ("cp -vt docs src/a.txt", "unmatched"),
+        ("ls -R src", "denied"),  # lists what src/secret holds
+    ],
+)
+def test_writes_hidden_in_scripts_and_clusters(worktree, command, why):
+    rules = [*CAREFUL, {"id": "tools", "kind": "execute", "commands": ["sed *", "sort *", "cp *"], "decision": "allow"}]
+    refused(Policy([RuleConfig.model_validate(r) for r in rules], worktree).judge_execute(command), why)
+
+
+@pytest.mark.parametrize(
+    "command", ["sed -n 1,10p src/a.txt", "sed -i 's/a/b/g' src/a.txt", "sed '/x/d;$a end' src/a.txt"]
+)
+def test_ordinary_sed_still_works(worktree, command):
+    rules = [*CAREFUL, {"id": "sed", "kind": "execute", "commands": ["sed *"], "decision": "allow"}]
+    assert Policy([RuleConfig.model_validate(r) for r in rules], worktree).judge_execute(command).allowed
