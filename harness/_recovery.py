@@ -151,35 +151,30 @@ def _carries(pid: int, wanted: bytes) -> bool:
         return False
 
 
-def _read_marker(marker: Path) -> dict[str, Any] | None:
+def _read_json(path: Path, *, first_line: bool = False) -> Any:
+    """The JSON in a regular file (never through a symlink): all of it, or its first line; None if not."""
     try:
-        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        raw = f.read(64 << 10)
+        raw = f.readline(1 << 20) if first_line else f.read(64 << 10)
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except ValueError:
         return None
+
+
+def _read_marker(marker: Path) -> dict[str, Any] | None:
+    data = _read_json(marker)
     return data if isinstance(data, dict) else None
 
 
 def _matches_run_start(transcript: Path, marker: dict[str, Any]) -> bool:
     """The marker is the one the transcript's own kernel wrote: same kernel, same token (by its hash)."""
-    try:
-        fd = os.open(transcript, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        try:
-            first = json.loads(f.readline(1 << 20))
-        except ValueError:
-            return False
+    first = _read_json(transcript, first_line=True)
     token_hash = hashlib.sha256(str(marker.get("token")).encode()).hexdigest()
     return (
         isinstance(first, dict)
