@@ -48,6 +48,15 @@ _READ_ONLY = _NAMES_ONLY | {"grep", "egrep", "fgrep", "rg", "diff", "cmp", "less
                             "echo", "printf", "find", "sort"}  # fmt: skip
 #: Programs whose `-o FILE` is an output file.
 _DASH_O_OUTPUT = frozenset({"cc", "gcc", "g++", "clang", "clang++", "c++", "sort", "curl", "ld", "as", "cython"})
+#: Short options that take a value, for programs read as getopt reads them: (letters whose value names a
+#: file read, letters whose value is text, letters whose value is a file written). Keyed by program name
+#: (git's subcommands share one set).
+_SHORT_VALUES = {
+    "git": ("FtO", "CcmnSGLUXMBAIlj", ""),
+    "grep": ("f", "emABCdD", ""), "egrep": ("f", "emABCdD", ""), "fgrep": ("f", "emABCdD", ""),
+    "sort": ("", "ktS", "oT"),
+    "cp": ("", "S", "t"), "mv": ("", "S", "t"), "ln": ("", "S", "t"), "install": ("", "Smog", "t"),
+}  # fmt: skip
 #: Programs whose `-t DIR` / `--target-directory=DIR` is where they write.
 _TARGET_DIRECTORY = frozenset({"cp", "mv", "ln", "install"})
 #: Options that make a common program run another program: refused whatever a rule says.
@@ -89,6 +98,10 @@ _GIT_CONTENT = frozenset({"show", "diff", "cat-file", "grep", "archive", "bundle
                           "difftool", "apply", "am", "notes", "rev-list", "verify-pack", "unpack-file", "merge-tree",
                           "request-pull", "checkout-index", "read-tree", "merge-file", "unpack-objects",
                           "show-index", "get-tar-commit-id"})  # fmt: skip
+#: git subcommands whose operands are all pathspecs.
+_GIT_PATHSPEC_ONLY = frozenset({"add", "rm", "mv", "restore", "clean", "ls-files", "check-ignore", "check-attr",
+                                "update-index"})  # fmt: skip
+_PLAIN = re.compile(r"[^*?\[]*")  # no glob characters
 #: `git log` options that print only commit messages, names and the history's shape (any other may add diffs).
 _GIT_LOG_NAMES_ONLY = frozenset({
     "--oneline", "--format", "--pretty", "-n", "--max-count", "--skip", "--since", "--after", "--until", "--before",
@@ -162,7 +175,38 @@ def _analyze(words: Sequence[str]) -> CommandFacts:
         listing = program == "ls" and any(_names_option(a, "-R") or _names_option(a, "--recursive") for a in args)
         whole = program not in _NAMES_ONLY or listing  # `ls -R` lists what every directory below holds
         paths = [PathArg(p.text, p.write, p.certain, whole, p.write) for p in paths]
+    if _reads_cwd_whole(program, args):  # `grep -r x`, `rg x`, `ls -R`: the directory it runs in, whole
+        paths.append(PathArg(".", certain=True, may_write=False))
     return CommandFacts(shlex.join(words), tuple(paths))
+
+
+def _reads_cwd_whole(program: str, args: Sequence[str]) -> bool:
+    """A recursive reader given no directory reads the one it runs in (grep -r, rg and ag by default)."""
+    operands = [a for a in args if not a.startswith("-")]
+    if program in ("rg", "ag"):
+        return len(operands) <= 1  # the pattern alone
+    if program == "ls":
+        return not operands and any(_names_option(a, "-R") or _names_option(a, "--recursive") for a in args)
+    if program in ("grep", "egrep", "fgrep"):
+        recursive = pattern_given = False
+        operands = []
+        values = iter(args)
+        for arg in values:
+            if arg.startswith("--"):
+                recursive |= arg.startswith(("--recursive", "--dereference-recursive", "--directories=recurse"))
+                pattern_given |= arg.startswith(("--regexp", "--file"))
+            elif arg.startswith("-") and len(arg) > 1:
+                for index, letter in enumerate(arg[1:], start=2):  # getopt: flags, then one that takes a value
+                    recursive |= letter in "rR"
+                    if letter in "efmABCdD":
+                        value = arg[index:] or next(values, "")
+                        pattern_given |= letter in "ef"
+                        recursive |= letter == "d" and value == "recurse"
+                        break
+            else:
+                operands.append(arg)
+        return recursive and len(operands) <= (0 if pattern_given else 1)
+    return False
 
 
 def names_path(candidate: PathArg, exists: bool) -> bool:
@@ -220,10 +264,12 @@ def _git(words: Sequence[str]) -> CommandFacts:
     for arg in rest:  # `HEAD:src/secret/key` names a file's content in a revision
         if ":" in arg[1:] and not arg.startswith("-"):
             paths.append(PathArg(arg.split(":", 1)[1], certain=True, may_write=False))
-    if _git_shows_contents(sub, rest):
+    if _git_shows_contents(sub, rest) or _git_pathspec_reaches_anywhere(sub, rest):
         # git shows what its object store holds for any path (a revision, a blob id, a pathspec's magic or
         # glob): it reads the whole worktree, and a read deny anywhere in it applies
         paths.append(PathArg(".", certain=True, may_write=False))
+    else:  # a path only filters what git prints (names, messages): a read deny below it does not apply
+        paths = [p if p.write else PathArg(p.text, p.write, p.certain, False, p.may_write) for p in paths]
     if directory is not None:
         paths.append(PathArg(directory, certain=True))
     return CommandFacts(shlex.join([words[0], *args[i:]]), tuple(dict.fromkeys(paths)), directory=directory)
@@ -236,6 +282,9 @@ def _git_shows_contents(sub: str, rest: Sequence[str]) -> bool:
     diffs (`-p`, `-U1`, `--binary`, `--remerge-diff`, ...)."""
     if sub in _GIT_CONTENT:
         return True
+    if sub in ("commit", "status", "add"):  # -v prints the staged diff; -p shows hunks to choose from
+        return any(_names_option(a, o) for a in rest for o in ("-v", "--verbose", "-p", "--patch", "--interactive",
+                                                               "--dry-run", "-e", "--edit"))  # fmt: skip
     if sub not in ("log", "whatchanged", "reflog", "shortlog", "show-branch"):
         return False
     if sub == "whatchanged":
@@ -245,7 +294,17 @@ def _git_shows_contents(sub: str, rest: Sequence[str]) -> bool:
         if "--" in rest
         else [a for a in rest if a.startswith("-")]
     )
-    return not all(re.fullmatch(r"-[0-9]+", a) or a.split("=", 1)[0] in _GIT_LOG_NAMES_ONLY for a in options)
+    return not all(re.fullmatch(r"-n?[0-9]+", a) or a.split("=", 1)[0] in _GIT_LOG_NAMES_ONLY for a in options)
+
+
+def _git_pathspec_reaches_anywhere(sub: str, rest: Sequence[str]) -> bool:
+    """A pathspec with magic (`:(top)src/secret`, `:/x`) or a glob (`src/secre?/*`) names files git finds,
+    not the text the policy sees. Where every operand is a pathspec (`git add`, `rm`, `checkout -- ...`),
+    or after `--`, such a pathspec is judged as reaching the whole worktree."""
+    pathspecs = rest[rest.index("--") + 1 :] if "--" in rest else []
+    if sub in _GIT_PATHSPEC_ONLY:
+        pathspecs = [a for a in rest if not a.startswith("-")]
+    return any(a.startswith(":") or not _PLAIN.fullmatch(a) for a in pathspecs)
 
 
 def _names_option(arg: str, option: str) -> bool:
@@ -311,9 +370,9 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
         if any(_names_option(a, option) for a in args):
             raise Refused(f"{program} {option} runs a program the policy cannot judge")
     if program == "sed":
-        _check_sed_scripts(args)
-        args = _sed_operands(args)
-    writes_operands = program in _WRITES_OPERANDS or (program == "sed" and _sed_in_place(args))
+        _, files, in_place = _sed(args)
+        return [_candidate(f, write=in_place, certain=True) for f in files]
+    writes_operands = program in _WRITES_OPERANDS
     writes_operands = writes_operands or (program == "find" and "-delete" in args)
     operands: list[str] = []
     paths: list[PathArg] = []
@@ -327,7 +386,7 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
             if eq:
                 paths.append(_candidate(value, write=name in _OUTPUT_OPTIONS))
             elif not arg.startswith("--") and len(arg) > 2:
-                paths.append(_candidate(arg[2:], write=arg[:2] == "-o" and program in _DASH_O_OUTPUT))
+                paths += _glued(program, arg)
             continue
         operands.append(arg)
         if "=" in arg:
@@ -351,26 +410,20 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
     return list(dict.fromkeys(p for p in paths if p.text))
 
 
-def _sed_operands(args: Sequence[str]) -> list[str]:
-    """sed's arguments without its script: the values of -e/-f, or else its first operand."""
-    kept: list[str] = []
-    script_given = False
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg in ("-e", "--expression", "-f", "--file"):
-            script_given = skip = True
-            continue
-        if arg.startswith(("--expression=", "--file=")) or (arg[:2] in ("-e", "-f") and len(arg) > 2):
-            script_given = True
-            continue
-        if not script_given and not arg.startswith("-"):
-            script_given = True  # the script itself
-            continue
-        kept.append(arg)
-    return kept
+def _glued(program: str, arg: str) -> list[PathArg]:
+    """The value glued into a short-option cluster (`-qFsrc/msg`: `-q -F src/msg`). For programs whose
+    options are known, the cluster is read as getopt reads it: flags up to the first letter that takes
+    a value, then the value; otherwise the text after the first letter is the candidate."""
+    letters = _SHORT_VALUES.get(program.split("-", 1)[0])
+    if letters is None:
+        return [_candidate(arg[2:], write=arg[:2] == "-o" and program in _DASH_O_OUTPUT)]
+    paths, texts, writes = letters
+    for index, letter in enumerate(arg[1:], start=2):
+        if letter in paths or letter in writes:
+            return [_candidate(arg[index:], write=letter in writes, certain=letter in writes)] if arg[index:] else []
+        if letter in texts:
+            return []  # a message, a count, a pattern: no path
+    return []
 
 
 def _option_values(args: Sequence[str], options: dict[str, bool]) -> list[PathArg]:
@@ -407,37 +460,74 @@ def _candidate(text: str, *, write: bool = False, certain: bool = False) -> Path
     return PathArg(text, write, certain or write)
 
 
-def _sed_in_place(args: Sequence[str]) -> bool:
-    return any(_names_option(a, "--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a[1:])
-               for a in args)  # fmt: skip
+_SED_LONG = ("--expression", "--file", "--in-place", "--line-length", "--null-data", "--zero-terminated",
+             "--separate", "--sandbox", "--debug", "--posix", "--regexp-extended", "--quiet", "--silent",
+             "--unbuffered", "--follow-symlinks", "--binary", "--help", "--version")  # fmt: skip
 
 
-def _check_sed_scripts(args: Sequence[str]) -> None:
-    """sed's own commands can write (`w FILE`, `s///w FILE`), read (`r FILE`) and run (`e`, `s///e`)
-    files no argument names: a script that uses one, or a script file (`-f`) the policy cannot read, is
-    refused. Scripts are read the way GNU sed reads them; anything unclear is refused."""
+def _sed(args: Sequence[str]) -> tuple[list[str], list[str], bool]:
+    """sed's arguments read as GNU sed's getopt reads them: its scripts, its file operands, and whether it
+    edits them in place. A script file (`-f`), or an option it does not know, is refused."""
     scripts: list[str] = []
-    for i, arg in enumerate(args):
-        if _names_option(arg, "--file") or (arg.startswith("-") and not arg.startswith("--") and "f" in arg[1:]):
-            raise Refused("sed -f runs a script file the policy cannot judge")
-        if arg in ("-e", "--expression") and i + 1 < len(args):
-            scripts.append(args[i + 1])
-        elif arg.startswith("--expression="):
-            scripts.append(arg.split("=", 1)[1])
-        elif arg.startswith("-e") and len(arg) > 2:
-            scripts.append(arg[2:])
+    operands: list[str] = []
+    in_place = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        following = args[i + 1] if i + 1 < len(args) else None
+        if arg == "--":
+            operands += args[i + 1 :]
+            break
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            matches = [o for o in _SED_LONG if o.startswith(name)] if len(name) > 2 else []
+            if len(matches) != 1:
+                raise Refused(f"sed option {name} is not one the policy can judge")
+            option = matches[0]
+            if option == "--file":
+                raise Refused("sed --file runs a script file the policy cannot judge")
+            if option in ("--expression", "--line-length") and not eq:
+                if following is None:
+                    raise Refused(f"sed {option} without its value")
+                value, i = following, i + 1
+            if option == "--expression":
+                scripts.append(value)
+            in_place = in_place or option == "--in-place"
+        elif arg.startswith("-") and len(arg) > 1:
+            for k, letter in enumerate(arg[1:], start=2):
+                if letter == "f":
+                    raise Refused("sed -f runs a script file the policy cannot judge")
+                if letter == "i":  # -i[SUFFIX]: the rest of the cluster is the suffix
+                    in_place = True
+                    break
+                if letter in "el":  # the rest of the cluster, or the next argument, is the value
+                    value = arg[k:]
+                    if not value:
+                        if following is None:
+                            raise Refused(f"sed -{letter} without its value")
+                        value, i = following, i + 1
+                    if letter == "e":
+                        scripts.append(value)
+                    break
+                if letter not in "nsuzErb":
+                    raise Refused(f"sed option -{letter} is not one the policy can judge")
+        else:
+            operands.append(arg)
+        i += 1
     if not scripts:
-        operands = [a for a in args if not a.startswith("-")]
-        scripts = operands[:1]
+        if not operands:
+            raise Refused("sed without a script")
+        scripts, operands = operands[:1], operands[1:]
     for script in scripts:
         _check_sed_script(script)
+    return scripts, operands, in_place
 
 
 def _check_sed_script(script: str) -> None:
     i, n = 0, len(script)
     while i < n:
         ch = script[i]
-        if ch in " \t\n;{}!0123456789,$~":  # separators, blocks, negation and line addresses
+        if ch in " \t\n;{}!0123456789,$~+":  # separators, blocks, negation and line addresses
             i += 1
         elif ch in "/\\":  # a /regex/ or \cregexc address
             delimiter = script[i + 1] if ch == "\\" and i + 1 < n else "/"
@@ -455,9 +545,12 @@ def _check_sed_script(script: str) -> None:
             i += len(flags.group()) if flags else 0
         elif ch in "wWrReF":
             raise Refused(f"sed command {ch!r} reads, writes or runs a file the policy cannot judge")
-        elif ch in "aic:btT":  # text or a label: the rest of the line
+        elif ch in "aic":  # text: the rest of the line
             end = script.find("\n", i)
             i = n if end < 0 else end
+        elif ch in ":btT":  # a label: GNU sed ends it at `;` or a newline
+            ends = [e for e in (script.find(";", i), script.find("\n", i)) if e >= 0]
+            i = min(ends) if ends else n
         elif ch in "pPdDnNgGhHxlLqQz=v":
             i += 1
         else:

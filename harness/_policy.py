@@ -301,9 +301,13 @@ class Policy:
         # succeeded, `every` whatever failed (a `cd` that fails leaves the shell where it was).
         shells: dict[tuple[int, ...], tuple[list[str], list[str]]] = {(0,): ([base], [base])}
         rule_ids: list[str] = []
-        for step in invocation.commands:
+        steps = invocation.commands
+        for index, step in enumerate(steps):
             if step.scope not in shells:  # a subshell or nested shell starts where its parent is now
-                chain, every = shells.get(step.scope[:-1]) or shells[(0,)]
+                parent = step.scope[:-1] if step.scope[:-1] in shells else (0,)
+                chain, every = shells[parent]
+                if step.after != "&&":  # the shell is the parent's next command, whatever came before it
+                    shells[parent] = (every, every)
                 start = chain if step.after == "&&" else every
                 shells[step.scope] = (start, start)
             chain, every = shells[step.scope]
@@ -312,12 +316,23 @@ class Policy:
             if not verdict.allowed:
                 return verdict
             rule_ids += verdict.rule_ids
-            moved = verdict.paths  # where a `cd` leads (empty for any other command)
-            if moved:
-                every = list(dict.fromkeys([*every, *moved]))
-                if len(every) > _MAX_CWDS:
-                    return _refuse("unparseable", command=_as_text(command, args), why="too many directory changes")
-            shells[step.scope] = (list(moved) or here, every)
+            moved = list(verdict.paths)  # where a `cd` leads (empty for any other command)
+            every = list(dict.fromkeys([*every, *moved]))
+            if len(every) > _MAX_CWDS:
+                return _refuse("unparseable", command=_as_text(command, args), why="too many directory changes")
+            # The next command joined by `&&` runs where this one left the shell, when that is certain: a
+            # `cd` that ran in the shell itself, not in a pipeline or in the background, and not after `||`
+            # (then the command before it may have succeeded and the `cd` never ran); `popd` may go anywhere
+            # the script has been.
+            following = _operator_after(steps, index)
+            in_shell = step.after not in ("|", "|&", "||") and following not in ("|", "|&", "&")
+            if moved and in_shell:
+                chain = moved
+            elif moved or step.after == "||" or (step.words and os.path.basename(step.words[0]) == "popd"):
+                chain = every
+            else:
+                chain = here
+            shells[step.scope] = (chain, every)
         return Verdict(True, tuple(dict.fromkeys(rule_ids)), {"kind": "allowed"})
 
     def _judge_step(self, step: Command, cwds: list[str], approvals: frozenset[tuple[str, str]]) -> Verdict:
@@ -522,6 +537,15 @@ def tool_call_paths(tool_call: Mapping[str, Any]) -> list[str]:
             if key not in _PATH_KEYS and _MORE_PATH_KEYS.search(str(key)) and isinstance(value, str):
                 paths.append(value)
     return list(dict.fromkeys(paths))
+
+
+def _operator_after(steps: Sequence[Command], index: int) -> str:
+    """The operator that joins steps[index] to what follows it in its own shell ("" if nothing does)."""
+    if index + 1 >= len(steps):
+        return ""
+    following = steps[index + 1]
+    scope = steps[index].scope
+    return following.after if following.scope[: len(scope)] == scope else ""
 
 
 def _nested_values(value: Any, key: str, depth: int = 3) -> list[str]:

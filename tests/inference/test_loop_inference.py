@@ -128,7 +128,20 @@ def test_a_deny_rule_holds_against_the_real_model(inference_config, run_loop, in
     assert not (inference_workspace.path / "out" / "secret.txt").exists()
 
 
-VOLATILE = {"seq", "t", "pid", "port", "seconds", "ttftSeconds", "decodeSeconds", "argv", "transcript", "config"}
+VOLATILE = {
+    "kernel",
+    "token_sha256",
+    "seq",
+    "t",
+    "pid",
+    "port",
+    "seconds",
+    "ttftSeconds",
+    "decodeSeconds",
+    "argv",
+    "transcript",
+    "config",
+}
 
 
 def normalised(result, workspace):

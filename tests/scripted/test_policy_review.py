@@ -703,3 +703,116 @@ def test_writes_hidden_in_scripts_and_clusters(worktree, command, why):
 def test_ordinary_sed_still_works(worktree, command):
     rules = [*CAREFUL, {"id": "sed", "kind": "execute", "commands": ["sed *"], "decision": "allow"}]
     assert Policy([RuleConfig.model_validate(r) for r in rules], worktree).judge_execute(command).allowed
+
+
+# --- third review: where commands run, sed as getopt reads it, recursive readers, git's pathspecs -----
+
+
+class _Spy(Policy):
+    """A policy that remembers where it judged each command to run (for the differential check below)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.places: dict[str, list[str]] = {}
+
+    def _judge_step(self, step, cwds, approvals):
+        if step.words:
+            self.places[step.words[0]] = list(cwds)
+        return super()._judge_step(step, cwds, approvals)
+
+
+def test_every_command_runs_where_the_policy_judged_it(tmp_path):
+    """Differential: random scripts of `cd`s, probes and operators run through real bash; each probe logs
+    the directory it really ran in, which must be one of the places the policy judged it in."""
+    root = tmp_path / "wt"
+    for directory in ("src/a/b", "docs", "src/pkg"):
+        (root / directory).mkdir(parents=True)
+    os.symlink("src/a/b", root / "up")
+    rules = [{"id": "all", "kind": "execute", "commands": ["*"], "decision": "allow"}, *CAREFUL[:2]]
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    os.symlink(BASH, empty / "bash")  # the only program there: nested shells run, every probe is "not found"
+    logs = tmp_path / "where"
+    prelude = tmp_path / "prelude.sh"
+    prelude.write_text(f'command_not_found_handle() {{ pwd -P > {logs}/"$1"; return ${{2:-0}}; }}\n')
+    places = ["src", "src/a", "docs", "nope", "up", "up/..", "up/../docs", "src/pkg", "."]
+    operators = [" && ", " || ", "; ", " | ", "\n", " & "]
+    rng = random.Random(80)
+    compared = 0
+    for _ in range(300):
+        parts = []
+        for index in range(rng.randint(2, 7)):
+            part = f"cd {rng.choice(places)}" if rng.random() < 0.5 else f"probe{index} {rng.choice([0, 1])}"
+            if rng.random() < 0.15:
+                part = f"( {part} )" if rng.random() < 0.5 else f"bash -c '{part}'"
+            parts.append(part)
+        script = parts[0] + "".join(rng.choice(operators) + p for p in parts[1:])
+        spy = _Spy([RuleConfig.model_validate(r) for r in rules], root)
+        if not spy.judge_execute(["bash", "-c", script]).allowed:
+            continue
+        shutil.rmtree(logs, ignore_errors=True)
+        logs.mkdir()
+        env = {"PATH": str(empty), "BASH_ENV": str(prelude), "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+        subprocess.run([BASH, "-c", f"{script}\nwait"], cwd=root, env=env, capture_output=True, timeout=10, check=False)
+        for log in logs.iterdir():
+            judged = {os.path.realpath(root / p) for p in spy.places[log.name]}
+            assert log.read_text().strip() in judged, f"{log.name} ran elsewhere in {script!r}: judged {judged}"
+            compared += 1
+    assert compared > 300, compared
+
+
+@pytest.mark.parametrize(
+    ("script", "why"),
+    [
+        ("ls || cd src/x/y && echo pwned > ../../../../pwn", "outside_worktree"),  # `ls` ran: the cd never did
+        ("ls | cd src && echo pwned > README.md", "unmatched"),  # a pipeline's cd moves nothing
+        ("ls || cd src && cat src/secret/key", "denied"),
+        ("cd nope || (ls) && cat src/secret/key", "denied"),
+        ("cd nope || bash -c ls && cat src/secret/key", "denied"),
+        ("pushd src && popd && cat src/secret/key", "denied"),
+        ("cd src & cat src/secret/key", "denied"),
+    ],
+)
+def test_where_a_cd_cannot_have_moved_the_shell(worktree, script, why):
+    rules = [*CAREFUL, {"id": "moves", "kind": "execute", "commands": ["cd *", "pushd *", "popd", "echo *"],
+                        "decision": "allow"}]  # fmt: skip
+    refused(Policy([RuleConfig.model_validate(r) for r in rules], worktree).judge_execute(["bash", "-c", script]), why)
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("sed '-nee touch pwned'", "unsafe_argument"),  # -n -e 'e touch pwned'
+        ("sed -n 't;e touch pwned'", "unsafe_argument"),  # a label ends at `;`
+        ("sed '-new ../pwned'", "unsafe_argument"),
+        ("sed -n ':a;w ../pwned'", "unsafe_argument"),
+        ("sed -nep src/secret/../../src/secret/key", "denied"),  # the file operand, not a script
+        ("sed --expr=p src/secret/key", "denied"),
+        ("sed -i --expr=s/x/P/ src/../../outside.txt", "outside_worktree"),
+        ("sed -i -Ees/x/P/ docs/x.txt", "unmatched"),
+        ("grep -r TOP", "denied"),  # reads where it runs, src/secret too
+        ("grep -d recurse TOP", "denied"),
+        ("ls -R", "denied"),
+        ("git add -A && git commit --dry-run -v", "denied"),  # prints the staged diff
+        ("git add ':(top)src/secret'", "denied"),  # pathspec magic
+        ("git add 'src/secre?/*'", "denied"),  # a pathspec glob
+        ("git commit --allow-empty -qFsrc/secret/key", "denied"),  # -q -F src/secret/key
+        ("grep -hfsrc/secret/key src/a.txt", "denied"),
+    ],
+)
+def test_hidden_reads_and_writes_found_in_the_third_review(worktree, command, why):
+    rules = [*CAREFUL, _git_all(), {"id": "tools", "kind": "execute", "commands": ["sed *", "grep *"],
+                                    "decision": "allow"}]  # fmt: skip
+    refused(Policy([RuleConfig.model_validate(r) for r in rules], worktree).judge_execute(["bash", "-c", command]), why)
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git log -n5 --oneline", "git log --oneline -- src", "sed -n '1,+3p' src/a.txt", "cd src && ls && cd .. && ls",
+     "grep -rn TODO src/a.txt", "git commit -qam 'fix: a/b?'"],
+)  # fmt: skip
+def test_ordinary_work_the_third_review_found_refused(worktree, command):
+    rules = [*CAREFUL, _git_all(), {"id": "tools", "kind": "execute", "commands": ["sed *", "grep *", "cd *"],
+                                    "decision": "allow"}]  # fmt: skip
+    verdict = Policy([RuleConfig.model_validate(r) for r in rules], worktree).judge_execute(["bash", "-c", command])
+    assert verdict.allowed, verdict
