@@ -151,9 +151,11 @@ class Policy:
         if verdict.allowed:
             option = _pick(options, ("allow_once",))
             if option is not None:
-                return replace(verdict, option_id=option)
+                return Verdict(True, verdict.rule_ids, verdict.reason, verdict.paths, option)
             verdict = Verdict(False, (), {"kind": "no_allow_once_option", "allowed_by": list(verdict.rule_ids)})
-        return replace(verdict, option_id=_pick(options, ("reject_once", "reject_always")))
+        return Verdict(
+            False, verdict.rule_ids, verdict.reason, verdict.paths, _pick(options, ("reject_once", "reject_always"))
+        )
 
     def read(self, session_id: str, path: str, turn: Turn) -> Verdict:
         return self._gate(session_id, turn) or self.judge_read(path, approvals=turn.approvals)
@@ -478,7 +480,7 @@ class Policy:
         if confine_only:
             return Verdict(True, ("interactive",), {"kind": "interactive"}, tuple(relative))
         verdict = self._judge(kind, relative, approvals, whole=recursive or kind == "write")
-        return replace(verdict, paths=tuple(relative))
+        return Verdict(verdict.allowed, verdict.rule_ids, verdict.reason, tuple(relative))  # not replace(): 30 us
 
     # --- rules ---------------------------------------------------------------------------------
 
