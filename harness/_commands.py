@@ -31,13 +31,15 @@ __all__ = ["CommandFacts", "PathArg", "Refused", "analyze"]
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 #: Options whose value is written, for any program.
 _OUTPUT_OPTIONS = frozenset({"--output", "--output-file", "--outfile", "--out-file", "--log-file", "--logfile"})
+#: Programs that open no file their arguments name (the shell opens their redirections).
+_NO_FILES = frozenset({"echo", "printf", "true", "false", ":", "pwd", "sleep", "date", "whoami", "id", "uname"})
 #: Programs that write (create, change or delete) every operand.
 _WRITES_OPERANDS = frozenset({"rm", "rmdir", "unlink", "touch", "mkdir", "mkfifo", "mknod", "tee", "truncate",
                               "shred", "mv"})  # fmt: skip
 #: Programs whose first operand is not a path (a mode or an owner) and that write the rest.
 _WRITES_AFTER_FIRST = frozenset({"chmod", "chown", "chgrp"})
 #: Programs that write their last operand (the destination).
-_WRITES_LAST = frozenset({"cp", "ln", "install", "rsync", "scp"})
+_WRITES_LAST = frozenset({"cp", "ln", "install", "rsync", "scp", "uniq", "split", "csplit"})
 #: Programs that never read what is inside a directory they are given (`ls` lists names): a read deny
 #: below a directory does not stop them from naming it.
 _NAMES_ONLY = frozenset({"ls", "cat", "head", "tail", "wc", "stat", "file", "cd", "pushd", "dirname", "basename",
@@ -47,7 +49,8 @@ _READ_ONLY = _NAMES_ONLY | {"grep", "egrep", "fgrep", "rg", "diff", "cmp", "less
                             "strings", "md5sum", "sha1sum", "sha256sum", "sha512sum", "nl", "tac", "du", "tree",
                             "echo", "printf", "find", "sort"}  # fmt: skip
 #: Programs whose `-o FILE` is an output file.
-_DASH_O_OUTPUT = frozenset({"cc", "gcc", "g++", "clang", "clang++", "c++", "sort", "curl", "ld", "as", "cython"})
+_DASH_O_OUTPUT = frozenset({"cc", "gcc", "g++", "clang", "clang++", "c++", "sort", "curl", "ld", "as", "cython",
+                            "shuf"})  # fmt: skip
 #: Short options that take a value, for programs read as getopt reads them: (letters whose value names a
 #: file read, letters whose value is text, letters whose value is a file written). Keyed by program name
 #: (git's subcommands share one set).
@@ -56,6 +59,9 @@ _SHORT_VALUES = {
     "grep": ("f", "emABCdD", ""), "egrep": ("f", "emABCdD", ""), "fgrep": ("f", "emABCdD", ""),
     "sort": ("", "ktS", "oT"),
     "cp": ("", "S", "t"), "mv": ("", "S", "t"), "ln": ("", "S", "t"), "install": ("", "Smog", "t"),
+    "cut": ("", "dfbc", ""), "shuf": ("", "ni", "o"), "head": ("", "cn", ""), "tail": ("", "cns", ""),
+    "tar": ("", "bHV", "f"),
+    **dict.fromkeys(("cc", "gcc", "g++", "clang", "clang++", "c++"), ("ILB", "DUlWfmOgx", "o")),
 }  # fmt: skip
 #: Programs whose `-t DIR` / `--target-directory=DIR` is where they write.
 _TARGET_DIRECTORY = frozenset({"cp", "mv", "ln", "install"})
@@ -64,9 +70,27 @@ _EXEC_OPTIONS = {
     "find": ("-exec", "-execdir", "-ok", "-okdir"),
     "rsync": ("-e", "--rsh", "--rsync-path"),
     "tar": ("--to-command", "-I", "--use-compress-program", "--checkpoint-action", "--info-script",
-            "--new-volume-script", "-F"),
+            "--new-volume-script", "-F", "--rsh-command", "--rmt-command"),
     "sort": ("--compress-program",),
+    "split": ("--filter",),
+    "zip": ("-TT", "--unzip-command"),
+    "install": ("--strip-program",),
 }  # fmt: skip
+#: Options (any program) that take the names of the files to open from a file the policy never reads.
+_NAMES_FROM_A_FILE = ("--files-from", "--files0-from", "--exclude-from", "--include-from")
+#: Programs that write the names their input holds (an archive's members, a patch's files), or read their
+#: list of files from one: refused, except in the modes that only list or test.
+_WRITES_WHAT_IT_READS = {
+    "unzip": ("-l", "-t", "-v", "-Z", "-z"),
+    "patch": ("--dry-run",),
+    "cpio": ("-t", "--list"),
+    "7z": (),
+    "7za": (),
+    "bsdtar": ("-t", "--list"),
+}
+#: tar options that extract, change where names resolve, read names from a file, or rewrite them.
+_TAR_REFUSED = ("-x", "--extract", "--get", "-C", "--directory", "-T", "--files-from", "--transform", "--xform",
+                "-P", "--absolute-names", "-K", "--starting-file", "-g", "--listed-incremental")  # fmt: skip
 #: find's actions that write: `-delete` removes what it finds; `-fprint FILE` and friends write FILE.
 _FIND_WRITES = ("-fprint", "-fprint0", "-fprintf", "-fls")
 
@@ -160,6 +184,8 @@ def analyze(words: Sequence[str]) -> CommandFacts:
 def _analyze(words: Sequence[str]) -> CommandFacts:
     program = os.path.basename(words[0])
     args = list(words[1:])
+    if program in _NO_FILES:
+        return CommandFacts(shlex.join(words))  # their arguments are text (`echo done: /`), never opened
     if program in ("cd", "pushd"):
         return _cd(words)
     if program == "popd":  # back to a directory the script was already in
@@ -369,6 +395,15 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
     for option in _EXEC_OPTIONS.get(program, ()):
         if any(_names_option(a, option) for a in args):
             raise Refused(f"{program} {option} runs a program the policy cannot judge")
+    for option in _NAMES_FROM_A_FILE:  # any program: only spellings long enough to be no other option
+        if any(len(a.split("=", 1)[0]) >= 8 and option.startswith(a.split("=", 1)[0]) for a in args):
+            raise Refused(f"{program} {option} opens files named in a file the policy cannot read")
+    if program in _WRITES_WHAT_IT_READS and not any(a in _WRITES_WHAT_IT_READS[program] for a in args):
+        raise Refused(f"{program} writes the files its input names (only listing or testing is judged)")
+    if program == "tar":
+        _check_tar(args)
+        if args and not args[0].startswith("-"):  # old style, `tar cf a.tar src`: a cluster without its dash
+            args = [f"-{args[0]}", *args[1:]]
     if program == "sed":
         _, files, in_place = _sed(args)
         return [_candidate(f, write=in_place, certain=True) for f in files]
@@ -377,7 +412,14 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
     operands: list[str] = []
     paths: list[PathArg] = []
     options_done = False
+    letters = _SHORT_VALUES.get(program.split("-", 1)[0])
+    takes_next = ""  # the value-taking letter a cluster ended with: the next argument is its value
     for arg in args:
+        if takes_next:
+            letter, takes_next = takes_next, ""
+            if letters is not None and letter in letters[0]:
+                paths.append(_candidate(arg))  # a file it reads; one it writes is found by _option_values
+            continue
         if not options_done and arg == "--":
             options_done = True
             continue
@@ -385,8 +427,9 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
             name, eq, value = arg.partition("=")
             if eq:
                 paths.append(_candidate(value, write=name in _OUTPUT_OPTIONS))
-            elif not arg.startswith("--") and len(arg) > 2:
-                paths += _glued(program, arg)
+            elif not arg.startswith("--"):
+                paths += _glued(program, arg) if len(arg) > 2 else []
+                takes_next = _ends_with_value_letter(arg, letters)
             continue
         operands.append(arg)
         if "=" in arg:
@@ -399,6 +442,10 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
         write = writes_operands or (program in _WRITES_AFTER_FIRST)
         write = write or (program in _WRITES_LAST and index == len(operands) - 1 and len(operands) > 1)
         paths.append(_candidate(operand, write=write, certain=write))
+        if write and program in ("mv", "rename") and index < len(operands) - 1:
+            paths.append(_candidate(operand))  # what is moved is read too: a name that may be read next
+    if program == "ln" and len(operands) == 1:  # `ln TARGET` makes ./basename(TARGET)
+        paths.append(_candidate(os.path.basename(operands[0].rstrip("/")) or ".", write=True, certain=True))
     writes = dict.fromkeys(_OUTPUT_OPTIONS, True)
     if program in _DASH_O_OUTPUT:
         writes["-o"] = True
@@ -406,6 +453,11 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
         writes.update({"-t": True, "--target-directory": True})
     if program == "find":
         writes.update(dict.fromkeys(_FIND_WRITES, True))
+    letters = _SHORT_VALUES.get(program)
+    if letters is not None:  # options known to take a file they write (`sort -o`, `cp -t`, `tar -cf`)
+        writes.update({f"-{letter}": True for letter in letters[2]})
+    if program == "tar" and not _tar_creates(args):
+        writes.pop("-f", None)  # listing an archive reads it
     paths += _option_values(args, writes)
     return list(dict.fromkeys(p for p in paths if p.text))
 
@@ -416,7 +468,11 @@ def _glued(program: str, arg: str) -> list[PathArg]:
     a value, then the value; otherwise the text after the first letter is the candidate."""
     letters = _SHORT_VALUES.get(program.split("-", 1)[0])
     if letters is None:
-        return [_candidate(arg[2:], write=arg[:2] == "-o" and program in _DASH_O_OUTPUT)]
+        # Which letter takes a value is unknown: the text after the first one, and any later suffix that
+        # holds a `/` (`-vC/etc` may be `-v -C /etc`), are all candidates.
+        found = [_candidate(arg[2:], write=arg[:2] == "-o" and program in _DASH_O_OUTPUT)]
+        found += [_candidate(arg[k:]) for k in range(3, len(arg)) if "/" in arg[k:]]
+        return found
     paths, texts, writes = letters
     for index, letter in enumerate(arg[1:], start=2):
         if letter in paths or letter in writes:
@@ -424,6 +480,16 @@ def _glued(program: str, arg: str) -> list[PathArg]:
         if letter in texts:
             return []  # a message, a count, a pattern: no path
     return []
+
+
+def _ends_with_value_letter(arg: str, letters: tuple[str, str, str] | None) -> str:
+    """The letter whose value is the next argument (`-d` of `cut -d /`), if the cluster ends with one."""
+    if letters is None:
+        return ""
+    for index, letter in enumerate(arg[1:], start=2):
+        if letter in letters[0] or letter in letters[1] or letter in letters[2]:
+            return letter if index == len(arg) else ""
+    return ""
 
 
 def _option_values(args: Sequence[str], options: dict[str, bool]) -> list[PathArg]:
@@ -463,6 +529,22 @@ def _candidate(text: str, *, write: bool = False, certain: bool = False) -> Path
 _SED_LONG = ("--expression", "--file", "--in-place", "--line-length", "--null-data", "--zero-terminated",
              "--separate", "--sandbox", "--debug", "--posix", "--regexp-extended", "--quiet", "--silent",
              "--unbuffered", "--follow-symlinks", "--binary", "--help", "--version")  # fmt: skip
+
+
+def _check_tar(args: Sequence[str]) -> None:
+    """tar is judged only creating or listing archives of the paths it is given: extracting writes the
+    names the archive holds, and -C, -T, --transform, -P move or rewrite names the policy judged."""
+    first = args[0] if args and not args[0].startswith("-") else ""  # old style: `tar xf a.tar`
+    for arg in [f"-{first}", *args]:
+        for option in _TAR_REFUSED:
+            if _names_option(arg, option):
+                raise Refused(f"tar {option} writes or reads names the policy cannot judge")
+
+
+def _tar_creates(args: Sequence[str]) -> bool:
+    first = args[0] if args and not args[0].startswith("-") else ""
+    return any(_names_option(a, o) for a in [f"-{first}", *args] for o in ("-c", "-r", "-u", "-A", "--create",
+                                                                             "--append", "--update"))  # fmt: skip
 
 
 def _sed(args: Sequence[str]) -> tuple[list[str], list[str], bool]:

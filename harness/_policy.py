@@ -67,7 +67,9 @@ _MORE_PATH_KEYS = re.compile(
     r"(?:^|_)(?:paths?|dir|directory|folder|file|filename|location|to|dest|dst|destination|target|source|src|from)$",
     re.IGNORECASE,
 )
-#: Where a command may always write or read: its own standard streams.
+#: What any command may read by name: devices that hold no data.
+_DATALESS_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"})
+#: Where a redirection may always write or read: the command's own standard streams.
 _STANDARD_STREAMS = frozenset({"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/fd/0", "/dev/fd/1",
                                "/dev/fd/2"})  # fmt: skip
 # The only variables an agent may set for a command: anything else can change what an allowed
@@ -371,12 +373,14 @@ class Policy:
                     return _refuse("outside_worktree", path=facts.changes_directory, why="cd leaves the worktree")
                 moved = leads
         for redirect in step.redirects:
+            kinds = ("read", "write") if redirect.op == "<>" else ("write",) if redirect.writes else ("read",)
             for place in cwds:
-                kind = "write" if redirect.writes else "read"
-                verdict = self._judge_argument(kind, os.path.join(place, redirect.target), approvals)
-                if not verdict.allowed:
-                    return verdict
-                rule_ids += verdict.rule_ids
+                for kind in kinds:  # `<>` opens the file both ways
+                    path = os.path.join(place, redirect.target)
+                    verdict = self._judge_argument(kind, path, approvals, redirect=True)
+                    if not verdict.allowed:
+                        return verdict
+                    rule_ids += verdict.rule_ids
         return Verdict(True, tuple(rule_ids), {"kind": "allowed"}, tuple(moved))
 
     def _judge_path_argument(self, arg: PathArg, path: str, approvals: frozenset[tuple[str, str]]) -> Verdict:
@@ -392,11 +396,18 @@ class Policy:
         return verdict
 
     def _judge_argument(
-        self, kind: str, path: str, approvals: frozenset[tuple[str, str]], *, recursive: bool = False
+        self,
+        kind: str,
+        path: str,
+        approvals: frozenset[tuple[str, str]],
+        *,
+        recursive: bool = False,
+        redirect: bool = False,
     ) -> Verdict:
         """A path a command's argument or redirection names. On the interactive path the person approved
-        the command as written, so its paths need only stay confined."""
-        if path in _STANDARD_STREAMS or os.path.realpath(os.path.join(self._root, path)) == "/dev/null":
+        the command as written, so its paths need only stay confined. A redirection may always reach the
+        command's own standard streams; an argument may only read the devices that hold no data."""
+        if (redirect and path in _STANDARD_STREAMS) or (kind == "read" and path in _DATALESS_DEVICES):
             return Verdict(True, ("builtin:dev-null",), {"kind": "allowed"})
         return self._judge_paths(kind, [path], approvals, confine_only=self.interactive, recursive=recursive)
 

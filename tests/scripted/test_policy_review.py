@@ -816,3 +816,59 @@ def test_ordinary_work_the_third_review_found_refused(worktree, command):
                                     "decision": "allow"}]  # fmt: skip
     verdict = Policy([RuleConfig.model_validate(r) for r in rules], worktree).judge_execute(["bash", "-c", command])
     assert verdict.allowed, verdict
+
+
+# --- fourth review: programs the kernel had no table for -----------------------------------------
+
+TOOLS = [*CAREFUL, {"id": "tools", "kind": "execute", "decision": "allow", "commands": [
+    f"{p} *" for p in ("head", "tail", "wc", "diff", "tar", "tee", "touch", "mkdir", "mv", "cp", "ln", "uniq", "shuf",
+                       "split", "cut", "echo", "zip", "unzip", "install", "patch", "rm", "chmod", "gcc")]}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("split --filter='touch pwned' src/a.txt", "unsafe_argument"),
+        ("zip src/z.zip src/a.txt -T --unzip-command='cat src/secret/key'", "unsafe_argument"),
+        ("zip -q src/z.zip src/a.txt -T -TT 'touch pwned'", "unsafe_argument"),
+        ("install -s --strip-program=sh src/evil src/out", "unsafe_argument"),
+        ("tar -cf x:y --rsh-command=src/evil src/a.txt", "unsafe_argument"),
+        ("tar -vCsrc/secret -cf - key", "unsafe_argument"),  # -C moves where names resolve
+        ("tar -vC/etc -cf - hostname", "unsafe_argument"),
+        ("tar -cf/tmp/out.tar src/a.txt", "outside_worktree"),
+        ("tar -xf src/h.tar", "unsafe_argument"),  # extracting writes the names the archive holds
+        ("tar xf src/h.tar", "unsafe_argument"),
+        ("tar -cf - -T src/list", "unsafe_argument"),
+        ("tar -cf src/h.tar --transform=s,^src/pc,.git/hooks/pre-commit, src/pc", "unsafe_argument"),
+        ("unzip -qd/tmp/uz src/z.zip", "unsafe_argument"),
+        ("patch -p1 src/a.txt src/p.diff", "unsafe_argument"),
+        ("shuf -eo/tmp/shuf.out hi", "outside_worktree"),
+        ("cat - 0<>src/secret/key", "denied"),  # `<>` reads as well as writes
+        ("mv src/secret/key src/k", "denied"),  # what is moved is read
+        ("uniq src/a.txt docs/uniq", "unmatched"),  # the second operand is the output
+        ("shuf -o docs/x src/a.txt", "unmatched"),
+        ("split src/a.txt docs/pre", "unmatched"),
+        ("tar -cf docs/x.tar src/a.txt", "unmatched"),
+        ("tar czf docs/x.tgz src/a.txt", "unmatched"),
+        ("wc --files0-from=src/list", "unsafe_argument"),
+        ("rm /dev/null", "outside_worktree"),  # a device is no argument to write
+        ("mv src/a.txt /dev/stdout", ("proc", "outside_worktree")),  # where the test's stdout really is
+        ("touch /dev/stdout", ("proc", "outside_worktree")),
+        ("ln src/a.txt", "unmatched"),  # makes ./a.txt at the root
+    ],
+)
+def test_programs_without_a_table_still_name_their_files(worktree, command, why):
+    kinds = why if isinstance(why, tuple) else (why,)
+    policy = Policy([RuleConfig.model_validate(r) for r in TOOLS], worktree)
+    refused(policy.judge_execute(["bash", "-c", command]), *kinds)
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["cut -d/ -f2 src/a.txt", "cut -d / -f1 src/a.txt", "echo done: /", "head -c 100 /dev/urandom",
+     "tar czf src/x.tgz src/a.txt", "tar -tf src/x.tgz", "gcc -osrc/app -Wall -O2 src/a.c", "unzip -l src/z.zip",
+     "diff src/a.txt /dev/null"],
+)  # fmt: skip
+def test_ordinary_work_with_those_programs(worktree, command):
+    verdict = Policy([RuleConfig.model_validate(r) for r in TOOLS], worktree).judge_execute(["bash", "-c", command])
+    assert verdict.allowed, verdict
