@@ -197,6 +197,7 @@ class KernelClient:
         target = {"path": path}
         verdict = self._enforce("fs/read_text_file", self.policy.read(session_id, path, self._moment()), target)
         self.turn.client_calls += 1
+        self._record("fs/read_text_file", target, verdict)  # the decision is on record before it is acted on
         relative = verdict.paths[0]  # the file that was judged, reached without a second resolution
         root = str(self.policy.worktree)
         try:
@@ -210,7 +211,6 @@ class KernelClient:
             lines = text.splitlines(keepends=True)
             start = max((line or 1) - 1, 0)
             text = "".join(lines[start : start + limit if limit is not None else None])
-        self._record("fs/read_text_file", target, verdict)
         return ReadTextFileResponse(content=text)
 
     async def write_text_file(
@@ -219,6 +219,7 @@ class KernelClient:
         target = {"path": path}
         verdict = self._enforce("fs/write_text_file", self.policy.write(session_id, path, self._moment()), target)
         self.turn.client_calls += 1
+        self._record("fs/write_text_file", {"path": path, "bytes": len(content)}, verdict)  # before the write
         root, relative = str(self.policy.worktree), verdict.paths[0]
         try:
             if len(content) <= SMALL_FILE_BYTES:
@@ -227,7 +228,6 @@ class KernelClient:
                 await asyncio.to_thread(write_beneath, root, relative, content)
         except OSError as exc:
             raise RequestError.internal_error({"path": path, "error": exc.strerror or str(exc)}) from None
-        self._record("fs/write_text_file", {"path": path, "bytes": len(content)}, verdict)
         return WriteTextFileResponse()
 
     # --- terminal/* --------------------------------------------------------------------------
@@ -246,6 +246,7 @@ class KernelClient:
         variables = {v.name: v.value for v in env or ()}
         verdict = self.policy.terminal(session_id, command, args, variables, cwd, self._moment())
         self._enforce("terminal/create", verdict, target)
+        self._record("terminal/create", target, verdict)  # on record before it runs (its id is in the answer)
         self.turn.client_calls += 1
         assert verdict.workdir is not None
         try:
@@ -254,10 +255,10 @@ class KernelClient:
             )
         except (OSError, RuntimeError, ValueError) as exc:
             raise RequestError.internal_error({"command": command, "error": str(exc)}) from None
-        self._record("terminal/create", {**target, "terminalId": terminal_id}, verdict)
         return CreateTerminalResponse(terminal_id=terminal_id)
 
     async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> TerminalOutputResponse:
+        self._use_terminal("terminal/output", session_id, terminal_id)
         with _terminal_errors(terminal_id):
             out = self.exec_host.output(terminal_id)
         status = out["exitStatus"]
@@ -270,11 +271,13 @@ class KernelClient:
     async def wait_for_terminal_exit(
         self, session_id: str, terminal_id: str, **kwargs: Any
     ) -> WaitForTerminalExitResponse:
+        self._use_terminal("terminal/wait_for_exit", session_id, terminal_id)
         with _terminal_errors(terminal_id):
             status = await self.exec_host.wait_for_exit(terminal_id)
         return WaitForTerminalExitResponse(exit_code=status["exitCode"], signal=status["signal"])
 
     async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> KillTerminalResponse | None:
+        self._use_terminal("terminal/kill", session_id, terminal_id)
         with _terminal_errors(terminal_id):
             self.exec_host.kill(terminal_id)
         return KillTerminalResponse()
@@ -282,9 +285,17 @@ class KernelClient:
     async def release_terminal(
         self, session_id: str, terminal_id: str, **kwargs: Any
     ) -> ReleaseTerminalResponse | None:
+        self._use_terminal("terminal/release", session_id, terminal_id)
         with _terminal_errors(terminal_id):
             await self.exec_host.release(terminal_id)
         return ReleaseTerminalResponse()
+
+    def _use_terminal(self, source: str, session_id: str, terminal_id: str) -> None:
+        """Only the running turn's session, and only on a terminal it created."""
+        with _terminal_errors(terminal_id):
+            owner = self.exec_host.session_of(terminal_id)
+        target = {"terminalId": terminal_id}
+        self._enforce(source, self.policy.terminal_use(session_id, owner, self._moment()), target)
 
     # --- methods we do not offer: say so, never answer null ------------------------------------
 

@@ -21,6 +21,7 @@ from typing import Any
 __all__ = ["ExecHost", "TerminalGone"]
 
 DEFAULT_OUTPUT_LIMIT = 1 << 20
+MAX_OUTPUT_LIMIT = 8 << 20  # what an agent may ask to keep of a command's output, per terminal
 
 
 class TerminalGone(KeyError):
@@ -92,11 +93,16 @@ class ExecHost:
             env={**self._base_env, **(env or {})},
             start_new_session=True,
         )
-        terminal = _Terminal(session_id, process, output_byte_limit or DEFAULT_OUTPUT_LIMIT)
+        limit = min(output_byte_limit or DEFAULT_OUTPUT_LIMIT, MAX_OUTPUT_LIMIT)  # the agent's ask, capped
+        terminal = _Terminal(session_id, process, limit)
         terminal.reader = asyncio.create_task(terminal.read(), name="terminal-output")
         terminal_id = f"term_{next(self._ids)}"
         self._terminals[terminal_id] = terminal
         return terminal_id
+
+    def session_of(self, terminal_id: str) -> str:
+        """The session that created a live terminal (TerminalGone if there is none)."""
+        return self._get(terminal_id).session_id
 
     def output(self, terminal_id: str) -> dict[str, Any]:
         terminal = self._get(terminal_id)

@@ -193,6 +193,15 @@ class Policy:
         relative = self.resolve(cwd) if cwd else "."
         return replace(verdict, argv=argv, workdir=os.path.normpath(os.path.join(self._root, relative or ".")))
 
+    def terminal_use(self, session_id: str, owner: str, turn: Turn) -> Verdict:
+        """`terminal/output`, `wait_for_exit`, `kill`, `release`: in the running turn, of its own terminal."""
+        gate = self._gate(session_id, turn)
+        if gate is not None:
+            return gate
+        if owner != session_id:
+            return _refuse("not_its_terminal", session=session_id, owner=owner)
+        return Verdict(True, (), {"kind": "allowed"})
+
     def approvals(self, tool_call: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
         """The interactive path: what a person's allow of this tool call lets fs/* and terminal/* reach."""
         kind = TOOL_KIND_TO_RULE_KIND.get(str(tool_call.get("kind")))

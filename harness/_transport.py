@@ -208,6 +208,11 @@ class AgentProcess:
         if "method" not in message and "id" not in message:
             self._fail("JSON-RPC object has neither a method nor an id", line)
             return None
+        if "method" in message and not (isinstance(message["method"], str) and message["method"]):
+            # JSON-RPC wants a method name; a `"method": null` would be an answer to the SDK and a request
+            # to anyone reading `"method" in message`: one message, two readings, is no message at all
+            self._fail("JSON-RPC method is not a name", line)
+            return None
         return message
 
     def _fail(self, error: str, line: bytes) -> None:

@@ -9,6 +9,8 @@ other side: what a careful user allows must still work.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import random
 import shutil
@@ -872,3 +874,73 @@ def test_programs_without_a_table_still_name_their_files(worktree, command, why)
 def test_ordinary_work_with_those_programs(worktree, command):
     verdict = Policy([RuleConfig.model_validate(r) for r in TOOLS], worktree).judge_execute(["bash", "-c", command])
     assert verdict.allowed, verdict
+
+
+# --- fifth review: the kernel's side of the turn ---------------------------------------------------
+
+
+def test_an_answer_spelled_two_ways_is_no_answer(scripted_scenario, harness_config, run_loop, harness_workspace):
+    """`"method": null` is an answer to the SDK and a request to a reader of `"method" in message`: framing."""
+    fake = {"jsonrpc": "2.0", "id": 2, "method": None, "result": {"stopReason": "end_turn"}}
+    late = {"write": {"path": "src/late.txt", "content": "late\n"}}
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [turn({"garbage": {"text": json.dumps(fake)}},
+                                                                             late)]}))))  # fmt: skip
+    assert result.terminal is Terminal.FAILED
+    assert (result.reason["kind"], result.reason["error"]) == ("framing_error", "JSON-RPC method is not a name")
+    assert not (harness_workspace.path / "src" / "late.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("method", "session", "when", "why"),
+    [
+        ("terminal/output", "no-such-session", "in_turn", "unknown_session"),
+        ("terminal/kill", None, "after_stop", "outside_turn"),
+        ("terminal/release", None, "after_stop", "outside_turn"),
+    ],
+)
+def test_terminal_calls_belong_to_the_running_turns_session(
+    scripted_scenario, harness_config, run_loop, method, session, when, why
+):
+    rules = [*CAREFUL, {"id": "sleep", "kind": "execute", "commands": ["sleep *"], "decision": "allow"}]
+    raw = {"jsonrpc": "2.0", "id": 901, "method": method, "params": {"sessionId": session or "sess_1",
+                                                                      "terminalId": "term_1"}}  # fmt: skip
+    poke = {"garbage": {"text": json.dumps(raw)}}
+    start = {"terminal": {"command": "sleep", "args": ["30"], "wait": False}}
+    work = turn(start, {"sleep": 0.3}, poke, {"sleep": 0.3}) if when == "in_turn" else turn(start, {"sleep": 0.2})
+    if when == "after_stop":
+        work["after_stop"] = [poke, {"sleep": 0.3}]
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [work]})), rules=rules))
+
+    assert result.terminal is Terminal.BLOCKED_POLICY
+    assert result.reason["source"] == method
+    assert result.reason["refusal"]["kind"] == why
+
+
+def test_a_decision_is_on_record_before_it_is_acted_on(scripted_scenario, harness_config, run_loop, harness_workspace):
+    """The transcript holds the decision before the file is written (a kernel stopped mid-write loses nothing)."""
+    target = harness_workspace.path / "src" / "a.txt"
+    seen: list[bool] = []
+
+    def observe(record):
+        if record["type"] == "policy" and record["source"] == "fs/write_text_file":
+            seen.append(target.exists())
+
+    run_loop(harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n")]}))), observer=observe)
+    assert seen == [False] and target.read_text() == "a\n"
+
+
+def test_an_agent_cannot_ask_the_kernel_to_keep_unbounded_output(tmp_path):
+    from harness._exec import MAX_OUTPUT_LIMIT, ExecHost
+
+    async def run() -> dict:
+        host = ExecHost(dict(os.environ))
+        terminal = await host.create("s1", ["head", "-c", str(MAX_OUTPUT_LIMIT + (1 << 20)), "/dev/zero"],
+                                     cwd=str(tmp_path), output_byte_limit=10**11)  # fmt: skip
+        await host.wait_for_exit(terminal)
+        await asyncio.sleep(0.2)
+        out = host.output(terminal)
+        await host.release_all()
+        return out
+
+    out = asyncio.run(run())
+    assert out["truncated"] and len(out["output"]) <= MAX_OUTPUT_LIMIT
