@@ -83,6 +83,7 @@ _HOST_TOOL_TITLE = re.compile(rf"mcp__{re.escape(HOST_SERVER_NAME)}__([a-z_]+)")
 _HOST = re.compile(r"[a-z0-9.-]+|\[[0-9a-f:.]+\]")
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*:", re.IGNORECASE)
 _MAX_CWDS = 16  # directories a script may `cd` between before it is too tangled to judge
+_MAX_CONTENTS = 100_000  # paths beneath a directory read or written whole, before it is too large to judge
 
 
 @dataclass(frozen=True)
@@ -497,10 +498,39 @@ class Policy:
                 why = "a file with another name may be outside the worktree, protected or denied"
                 return _refuse("hard_link", path=rel, why=why)
             relative.append(rel)
+        whole = recursive or kind == "write"
+        beneath: list[str] = []
+        for rel in relative if whole else ():
+            refusal, contents = self._contents(kind, rel)
+            if refusal is not None:
+                return refusal
+            beneath += contents
         if confine_only:
             return Verdict(True, ("interactive",), {"kind": "interactive"}, tuple(relative))
-        verdict = self._judge(kind, relative, approvals, whole=recursive or kind == "write")
+        verdict = self._judge(kind, relative, approvals, whole=whole, also_denied=beneath)
         return Verdict(verdict.allowed, verdict.rule_ids, verdict.reason, tuple(relative))  # not replace(): 30 us
+
+    def _contents(self, kind: str, relative: str) -> tuple[Verdict | None, list[str]]:
+        """A directory written or read whole is reached with everything beneath it: a protected path there
+        refuses a write (deleting `src` takes `src/sub/.git`), and deny rules see each path there (with
+        `**/secrets/**` denied, deleting `src` takes `src/secrets/`). Symlinks beneath are not followed:
+        deleting or moving one never reaches its target. `.` is already covered: it holds everything."""
+        real = os.path.join(self._root, relative)
+        if relative == "." or not os.path.isdir(real) or os.path.islink(real):
+            return None, []
+        denies = [p for r in self.rules if r.kind == kind and r.decision == "deny" for p in r.patterns]
+        if kind == "read" and not any(_may_hold(relative, p) for p in denies):
+            return None, []
+        found: list[str] = []
+        for top, dirs, files in os.walk(real):
+            for name in (*dirs, *files):
+                entry = f"{top}/{name}"[len(self._root.rstrip("/")) + 1 :]
+                if kind == "write" and self.is_protected(entry):
+                    return Verdict(False, ("protected",), {"kind": "protected_path", "path": entry, "in": relative}), []
+                found.append(entry)
+            if len(found) > _MAX_CONTENTS:
+                return _refuse("too_many_files", path=relative, why=f"more than {_MAX_CONTENTS} paths to judge"), []
+        return None, found
 
     # --- rules ---------------------------------------------------------------------------------
 
@@ -631,6 +661,17 @@ def _holds(directory: str, pattern: str) -> bool:
     return directory == "." or (bool(literal) and literal.startswith(directory + "/"))
 
 
+def _may_hold(directory: str, pattern: str) -> bool:
+    """Whether `pattern` may match something below `directory`, judged by its literal leading segments: False
+    only when they name a different place (`docs/**` never matches below `src`)."""
+    for want, have in zip(pattern.split("/"), directory.split("/"), strict=False):
+        if any(ch in want for ch in "*?["):
+            return True
+        if want != have:
+            return False
+    return True
+
+
 def _hard_linked(real: str) -> bool:
     try:
         st = os.lstat(real)
@@ -662,10 +703,11 @@ def _pick(options: Sequence[tuple[str, str]], kinds: tuple[str, ...]) -> str | N
 
 
 def _safely(judge: Any, *args: Any) -> Verdict:
-    """Anything a request makes the policy trip over is a refusal, never an exception."""
+    """Anything a request makes the policy trip over is a refusal, never an exception (an `IndexError` from
+    an odd argv is the agent's doing; one that escaped would end the run as the kernel's crash)."""
     try:
         return judge(*args)
-    except (TypeError, ValueError, AttributeError, RecursionError) as exc:
+    except Exception as exc:  # every failure to judge is a refusal
         return _refuse("unparseable", why=f"the request could not be judged: {type(exc).__name__}: {exc}")
 
 

@@ -125,6 +125,8 @@ def parse_invocation(command: str | Sequence[str], args: Sequence[str] | None = 
     """Parse an execute request: a script string, or an argv (command + args)."""
     if isinstance(command, str) and args is None:
         return parse_script(command)
+    if args is not None and not isinstance(args, (list, tuple)):
+        raise Unparseable(f"args is not a list: {args!r}")  # a string would be spread into letters
     argv = [command, *(args or ())] if isinstance(command, str) else list(command)
     if not argv or not all(isinstance(w, str) for w in argv) or not argv[0]:
         raise Unparseable(f"not a command: {argv!r}")

@@ -1,0 +1,803 @@
+"""What a rule grants, request by request: tables of requests, the verdict and the reason a user relies on.
+
+Each table is one class of request that mutation testing (issue 9) showed nothing would notice if a change
+to the policy or the shell parser turned its refusal into an allow. They run in-process, in milliseconds,
+and are the tests `make mutation` runs every mutant against (with the other policy tests).
+
+The worktree: `src/a.txt`, `src/secret/key`, `src/pkg/secrets/k`, `src/.env`, `docs/r.md`, `.git/`,
+symlinks `src/keylink` -> `secret/key`, `src/gitlink` -> `../.git`, `src/out` -> the directory above the
+worktree, and a sibling directory `wt2/` beside it whose name starts with the worktree's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from policy_corpus import CAREFUL, OPEN, POLICIES, build_worktree, judge, load_rows, policy_of
+
+from harness import Policy
+from harness._config import HOST_SERVER_NAME as HOST
+from harness._policy import Turn
+from harness.pytest_plugin import LOOP_SCRIPTED
+
+pytestmark = LOOP_SCRIPTED
+
+
+@pytest.fixture(name="worktree", scope="module")
+def worktree_fixture(tmp_path_factory):
+    """Shared by the module's tests, which only judge: none of them changes it."""
+    return build_worktree(tmp_path_factory.mktemp("tables"))
+
+
+@pytest.fixture(name="own_worktree")
+def own_worktree_fixture(tmp_path):
+    """For a test that changes the tree."""
+    return build_worktree(tmp_path)
+
+
+@pytest.fixture(name="careful", scope="module")
+def careful_fixture(worktree):
+    return policy_of(worktree, CAREFUL)
+
+
+@pytest.fixture(name="open_policy", scope="module")
+def open_policy_fixture(worktree):
+    return policy_of(worktree, OPEN)
+
+
+def expect(verdict, outcome: str):
+    """`outcome` is "allowed" or the reason kind of the refusal."""
+    if outcome == "allowed":
+        assert verdict.allowed, verdict
+    else:
+        assert not verdict.allowed, verdict
+        assert verdict.reason["kind"] == outcome, verdict.reason
+    return verdict
+
+
+# --- operators glued to words ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "outcome"),
+    [
+        ("ls;(rm -rf src)", "unmatched"),
+        ("ls;>.git/config", "protected_path"),
+        ("ls&&>.git/config", "protected_path"),
+        ("(ls)>.git/config", "protected_path"),  # a subshell's redirection is judged too
+        ("echo x > src/out.txt; rm -rf src", "unmatched"),  # the target ends at `;`: rm is judged
+        ("echo x > src/out.txt rm -rf src", "allowed"),  # ... but here rm, -rf and src are echo's words
+        ("git status > /dev/null > .git/config", "protected_path"),  # every redirection, not the first
+        ("git status 2>/dev/null >docs/x", "unmatched"),
+        ("ls >> docs/x", "unmatched"),  # each way of opening a file for writing is a write
+        ("ls >| docs/x", "unmatched"),
+        ("ls &> docs/x", "unmatched"),
+        ("ls &>> docs/x", "unmatched"),
+        ("ls >& docs/x", "unmatched"),
+        ("ls <> docs/x", "unmatched"),
+        ("ls 2> docs/x", "unmatched"),
+        ("ls > src/x", "allowed"),
+        ("ls < docs/r.md", "allowed"),  # `<` only reads
+        ("cat < src/secret/key", "denied"),
+        ("cat 0< src/secret/key", "denied"),
+        ("ls >&2", "allowed"),  # duplicates an fd: no file
+        ("ls 2>&1 >&-", "allowed"),
+        ("ls <&0", "allowed"),
+        ("ls <&x", "unparseable"),
+        ("ls >", "unparseable"),
+        ("ls > ;", "unparseable"),
+        ("ls|>docs/x", "unmatched"),
+        ("ls|rm -rf src", "unmatched"),
+        ("ls||rm -rf src", "unmatched"),
+        ("ls&rm -rf src", "unmatched"),
+        ("ls&&rm -rf src", "unmatched"),
+        ("ls|&rm -rf src", "unmatched"),
+        ("ls\nrm -rf src", "unmatched"),
+        ("ls\n\nls\n", "allowed"),
+        ("ls &&\nls", "allowed"),
+        ("ls;", "allowed"),
+        ("ls &", "allowed"),
+        ("; ls", "unparseable"),
+        ("&& ls", "unparseable"),
+        ("ls &&", "unparseable"),
+        ("ls |", "unparseable"),
+        ("(ls", "unparseable"),
+        ("ls)", "unparseable"),
+        ("( )", "unparseable"),
+        ("(ls &&)", "unparseable"),
+        ("(ls) ls", "unparseable"),  # a word after `)`
+        ("ls (ls)", "unparseable"),  # `(` after a word: a function definition
+        ("", "unparseable"),
+        ("ls;;", "unparseable"),
+        ("cat <<EOF", "unparseable"),
+        ("cat <<<x", "unparseable"),
+        ("cat <(ls)", "unparseable"),
+        ("ls >(cat)", "unparseable"),
+        ("((x=1))", "unparseable"),
+    ],
+)
+def test_operators_end_words_wherever_they_are_glued(careful, script, outcome):
+    expect(careful.judge_execute(["bash", "-c", script]), outcome)
+
+
+# --- the quote state machine ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "outcome"),
+    [
+        ("ls '$HOME'", "allowed"),  # single quotes keep `$` literal
+        ("ls '`id`'", "allowed"),
+        ("ls '\\'", "allowed"),  # and a backslash
+        ("ls '*' '?' '[a]' '{a,b}' '~'", "allowed"),
+        ("ls '\"'", "allowed"),
+        ('ls "\'"', "allowed"),
+        ("ls 'a\"'", "allowed"),
+        ("ls \"a b\"'c d'e", "allowed"),
+        ('ls "$HOME"', "unparseable"),  # double quotes expand `$`, backquotes and backslashes
+        ('ls "`id`"', "unparseable"),
+        ('ls "a\\"b"', "unparseable"),
+        ("ls 'a'$HOME", "unparseable"),  # quotes end: the expansion after them is unquoted
+        ('ls "a"`id`', "unparseable"),
+        ("ls $HOME", "unparseable"),
+        ("ls `id`", "unparseable"),
+        ("ls \\x", "unparseable"),  # an unquoted backslash
+        ("ls a\\;rm", "unparseable"),
+        ("ls *", "unparseable"),  # globs
+        ("ls src/?", "unparseable"),
+        ("ls [ab]", "unparseable"),
+        ("ls {a,b}", "unparseable"),
+        ("ls a}", "unparseable"),
+        ("ls 'unterminated", "unparseable"),
+        ('ls "unterminated', "unparseable"),
+        ("ls \"a'b", "unparseable"),
+        ("ls 'it''s'", "allowed"),
+    ],
+)
+def test_quotes_keep_what_bash_keeps_literal_and_nothing_else(careful, script, outcome):
+    expect(careful.judge_execute(["bash", "-c", script]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("script", "outcome"),
+    [
+        ("cat 'src/secret/key'", "denied"),  # quote removal before judging
+        ('cat "src/secret"/key', "denied"),
+        ("cat src/'secret'/\"key\"", "denied"),
+        ("'rm' -rf src", "unmatched"),
+        ("\"git\" 'push' origin", "denied"),
+        ("'git' 'log' -1", "allowed"),  # the words are what rules match: `git log -1`
+    ],
+)
+def test_quoted_words_are_judged_after_quote_removal(careful, script, outcome):
+    expect(careful.judge_execute(["bash", "-c", script]), outcome)
+
+
+# --- word starts and separators -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "outcome"),
+    [
+        ("ls >~/.bashrc", "unparseable"),  # a tilde at a word's start expands
+        ("ls >&~", "unparseable"),
+        ("ls ~", "unparseable"),
+        ("ls a=~/x", "unparseable"),  # ... and after `=` or `:`
+        ("ls a:~/x", "unparseable"),
+        ("ls a~b", "allowed"),  # elsewhere it is a letter
+        ("ls\t#x", "unparseable"),  # a comment after a tab
+        ("ls #x", "unparseable"),
+        ("#x", "unparseable"),
+        ("ls a#b", "allowed"),  # `#` inside a word is a letter
+        ("ls a#b;rm -rf src", "unmatched"),
+        ("git push\torigin main", "denied"),  # a tab separates words as a space does
+        ("git\tpush origin x", "denied"),
+        ("git  log  -1", "allowed"),
+        ("ls\x0bsrc", "unmatched"),  # a vertical tab does not: `ls\vsrc` is one word
+        ("ls\u00a0src", "unmatched"),
+    ],
+)
+def test_words_start_and_end_where_bash_says(careful, script, outcome):
+    expect(careful.judge_execute(["bash", "-c", script]), outcome)
+
+
+# --- unwrapping shells ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "outcome"),
+    [
+        (["bash", "check.sh", "git status"], "unmatched"),  # bash runs the script file check.sh
+        (["bash", "-c", "git status"], "allowed"),
+        (["/bin/bash", "-c", "git status"], "allowed"),
+        (["/usr/bin/sh", "-c", "git status"], "allowed"),
+        (["/usr/local/bin/dash", "-c", "git status"], "allowed"),
+        (["/opt/bin/bash", "-c", "git status"], "unmatched"),
+        (["bash", "-c", "bash -c 'sh -c \"git push origin x\"'"], "denied"),
+        (["bash", "+c", "ls"], "unparseable"),
+        (["bash", "-x", "-c", "ls"], "allowed"),
+        (["bash", "-o", "pipefail", "-o", "errexit", "-c", "ls"], "allowed"),
+        (["bash", "-oo", "pipefail", "nounset", "-c", "ls"], "allowed"),
+        (["bash", "-o", "posix", "-c", "ls"], "unparseable"),
+        (["bash", "-o"], "unparseable"),
+        (["bash", "-c"], "unparseable"),
+        (["bash", "--login", "-c", "ls"], "allowed"),
+        (["bash", "--posix", "-c", "ls"], "unparseable"),
+        (["bash", "-"], "unparseable"),
+        (["bash", "x"], "unmatched"),
+        (["bash", "-c", "ls", "$0"], "allowed"),
+        (["bash", "-c", "bash -c " + "'bash -c \"ls\"'"], "allowed"),
+    ],
+)
+def test_shells_are_unwrapped_only_where_bash_runs_the_script(careful, argv, outcome):
+    expect(careful.judge_execute(argv), outcome)
+
+
+def test_shells_nested_too_deep_are_refused(careful):
+    verdict = expect(careful.judge_execute(_nest(10)), "unparseable")
+    assert "nested" in verdict.reason["why"]
+    expect(careful.judge_execute(_nest(7)), "allowed")
+
+
+def _nest(depth: int) -> list[str]:
+    """`bash -c` nested `depth` times around `ls`, each level quoted for the one around it."""
+    import shlex
+
+    script = "ls"
+    for _ in range(depth):
+        script = shlex.join(["bash", "-c", script])
+    return ["bash", "-c", script]
+
+
+@pytest.mark.parametrize(
+    ("script", "outcome"),
+    [
+        ("pushd src && cat secret/key", "denied"),  # pushd moves the shell as cd does
+        ("pushd src && popd && cat src/secret/key", "denied"),
+        ("pushd docs && popd && cat secret/key", "allowed"),  # popd: back to where the script was
+        ("cd src && cat secret/key", "denied"),
+        ("cd src; cat secret/key", "denied"),  # the cd may have worked: judged from both places
+        ("cd nope; cat src/secret/key", "denied"),
+        ("cd src && (cd secret && cat key)", "denied"),
+        ("(cd src) && cat secret/key", "allowed"),  # a subshell's cd stays in it
+        ("cd src/out", "outside_worktree"),
+        ("cd /tmp && ls", "outside_worktree"),
+        ("cd ..", "outside_worktree"),
+        ("cd", "unsafe_argument"),  # $HOME
+        ("cd -", "unsafe_argument"),  # $OLDPWD
+        ("pushd +1", "unsafe_argument"),
+        ("cd src docs", "unsafe_argument"),
+        ("cd -P src && cat secret/key", "denied"),
+        ("cd -- src && cat secret/key", "denied"),
+    ],
+)
+def test_where_commands_run_after_a_directory_change(careful, script, outcome):
+    expect(careful.judge_execute(["bash", "-c", script]), outcome)
+
+
+# --- raw-input aliases ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "outcome"),
+    [
+        ({"kind": "execute", "rawInput": {"command": "ls", "workdir": "/etc"}}, "outside_worktree"),
+        ({"kind": "execute", "rawInput": {"command": "ls", "cwd": "src/out"}}, "outside_worktree"),
+        ({"kind": "execute", "rawInput": {"command": "ls", "workdir": "src"}}, "allowed"),
+        ({"kind": "execute", "rawInput": {"command": "git", "args": ["push", "origin", "x"]}}, "denied"),
+        ({"kind": "execute", "rawInput": {"command": "git", "args": ["status"]}}, "allowed"),
+        ({"kind": "execute", "rawInput": {"command": ["git", "push", "origin", "x"]}}, "denied"),
+        ({"kind": "execute", "rawInput": {"cmd": "rm -rf src"}}, "unmatched"),
+        ({"kind": "execute", "rawInput": {"cmd": ["bash", "-lc", "git push origin x"]}}, "denied"),
+        ({"kind": "execute", "rawInput": {}}, "no_target"),
+        ({"kind": "execute"}, "no_target"),
+        ({"kind": "move", "rawInput": {"source": "src/a.txt", "destination": "docs/a.txt"}}, "unmatched"),
+        ({"kind": "move", "rawInput": {"source": "src/a.txt", "target": "docs/a.txt"}}, "unmatched"),
+        ({"kind": "move", "rawInput": {"old_path": "docs/r.md", "new_path": "src/r.md"}}, "unmatched"),
+        ({"kind": "move", "rawInput": {"old_path": "src/a.txt", "new_path": "docs/a.md"}}, "unmatched"),
+        ({"kind": "move", "rawInput": {"from": "src/a.txt", "to": ".git/config"}}, "protected_path"),
+        ({"kind": "move", "rawInput": {"src": "src/a.txt", "dst": "docs/a"}}, "unmatched"),
+        ({"kind": "move", "rawInput": {"source": "src/a.txt", "dest_dir": "docs"}}, "unmatched"),
+        ({"kind": "move", "rawInput": {"source": "src/a.txt", "destination": "src/b.txt"}}, "allowed"),
+        ({"kind": "edit", "rawInput": {"notebook_path": "docs/n.ipynb"}}, "unmatched"),
+        ({"kind": "edit", "rawInput": {"file_path": "docs/n.md"}}, "unmatched"),
+        ({"kind": "edit", "rawInput": {"path": "src/../docs/n.md"}}, "unmatched"),
+        ({"kind": "edit", "rawInput": {"paths": ["src/a.txt", "docs/n.md"]}}, "unmatched"),
+        ({"kind": "edit", "rawInput": {"output_file": "docs/n.md"}}, "unmatched"),
+        ({"kind": "edit", "rawInput": {"filename": "docs/n.md"}}, "unmatched"),
+        ({"kind": "edit", "rawInput": {"changes": {"src/a.txt": {}, "docs/n.md": {}}}}, "unmatched"),
+        (
+            {"kind": "edit", "rawInput": {"changes": {"src/a.txt": {"type": "update", "move_path": "docs/a"}}}},
+            "unmatched",
+        ),
+        (
+            {
+                "kind": "edit",
+                "rawInput": {"changes": {"src/a.txt": {"update": {"unified_diff": "", "move_path": None}}}},
+            },
+            "allowed",
+        ),
+        ({"kind": "edit", "content": [{"type": "diff", "path": "docs/n.md", "newText": "x"}]}, "unmatched"),
+        (
+            {"kind": "edit", "content": [{"type": "text", "text": "docs/n.md"}], "locations": [{"path": "src/a.txt"}]},
+            "allowed",
+        ),  # text content names nothing
+        ({"kind": "edit", "content": [{"type": "text"}], "locations": [{"line": 3}]}, "no_target"),
+        ({"kind": "edit", "locations": [{"path": "src/a.txt"}, {"path": "docs/r.md"}]}, "unmatched"),
+        ({"kind": "edit", "rawInput": {}}, "no_target"),
+        ({"kind": "delete", "locations": [{"path": "src/secret/key"}]}, "denied"),
+        ({"kind": "read", "rawInput": {"file_path": "src/secret/key"}}, "denied"),
+        ({"kind": "read", "rawInput": {"path": "src/keylink"}}, "denied"),  # a symlink to the secret
+        ({"kind": "read", "locations": [{"path": "src/a.txt"}]}, "allowed"),
+        ({"kind": "search", "rawInput": {"pattern": "x", "file": "src/secret/key"}}, "denied"),
+        ({"kind": "search", "rawInput": {"pattern": "x", "folder": "src/secret"}}, "denied"),
+        ({"kind": "search", "rawInput": {"pattern": "x", "location": "src/secret"}}, "denied"),
+        ({"kind": "search", "rawInput": {"pattern": "x", "dir_path": "src/secret"}}, "denied"),
+        ({"kind": "search", "rawInput": {"pattern": "x", "directory": "/etc"}}, "outside_worktree"),
+        ({"kind": "search", "rawInput": {"pattern": "x"}}, "denied"),  # no place: the worktree, secret and all
+        ({"kind": "search", "rawInput": {"pattern": "x", "root_dir": 3}}, "no_target"),  # a place it cannot read
+        ({"kind": "search", "rawInput": {"pattern": "x", "path": "docs"}}, "allowed"),
+        ({"kind": "fetch", "rawInput": {"url": "https://api.github.com/repos"}}, "allowed"),
+        ({"kind": "fetch", "rawInput": {"uri": "https://evil.example/x"}}, "unmatched"),
+        ({"kind": "fetch", "rawInput": {"host": "evil.example"}}, "unmatched"),
+        ({"kind": "fetch", "rawInput": {"url": "https://evil.example\\@api.github.com/"}}, "unparseable"),
+        ({"kind": "fetch", "rawInput": {"url": "https://x@api.github.com/"}}, "unparseable"),
+        ({"kind": "fetch", "rawInput": {"url": "https:api.github.com"}}, "unparseable"),
+        ({"kind": "fetch", "rawInput": {"url": "api.github.com:443"}}, "allowed"),
+        ({"kind": "fetch", "rawInput": {"url": "https://api.github.com%2e.evil/"}}, "unparseable"),
+        ({"kind": "fetch", "rawInput": {"url": "https://API.GITHUB.COM/"}}, "allowed"),
+        ({"kind": "fetch", "rawInput": {"url": "https://api.github.com.evil.example/"}}, "unmatched"),
+        ({"kind": "fetch", "rawInput": {"url": "https://api.github.com /"}}, "unparseable"),
+        ({"kind": "fetch", "rawInput": {}}, "no_target"),
+        ({"kind": "think"}, "no_permission_needed"),
+        ({"kind": "other", "title": "anything"}, "unmatched"),
+        ({"title": "no kind"}, "unmatched"),
+    ],
+)
+def test_every_key_a_tool_call_names_a_place_under_is_judged(careful, tool_call, outcome):
+    verdict = careful.judge_tool_call(tool_call)
+    if outcome == "no_permission_needed":
+        assert verdict.allowed and verdict.reason["kind"] == outcome
+    else:
+        expect(verdict, outcome)
+
+
+# --- globs and paths ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("patterns", "path", "outcome"),
+    [
+        (["src/**"], "src/a.txt", "allowed"),
+        (["src/**"], "src", "allowed"),
+        (["src/**"], "srcfoo/evil.py", "unmatched"),  # `src/**` is src and below, not a prefix
+        (["src/**"], "docs/src/a", "unmatched"),
+        (["**/*.py"], "a.py", "allowed"),  # `**/` matches no directory too
+        (["**/*.py"], "lib/vendor/v.py", "allowed"),
+        (["**/*.py"], "lib/vendor/v.pyc", "unmatched"),
+        (["**/*.py"], "lib/vendor/v_py", "unmatched"),
+        (["docs/*"], "docs/r.md", "allowed"),  # `*` stays in one directory
+        (["docs/*"], "docs/a/b.md", "unmatched"),
+        (["docs/*.md"], "docs/r.md", "allowed"),
+        (["docs/*.md"], "docs/rmd", "unmatched"),
+        (["docs/?.md"], "docs/r.md", "allowed"),
+        (["docs/?.md"], "docs/ab.md", "unmatched"),
+        (["docs/?.md"], "docs//.md", "unmatched"),
+        (["*"], "README", "allowed"),
+        (["*"], "docs/r.md", "unmatched"),
+        (["**"], "docs/r.md", "allowed"),
+        (["src/**/key"], "src/secret/key", "allowed"),
+        (["src/**/key"], "src/key", "allowed"),
+        (["src/**/key"], "src/secret/keys", "unmatched"),
+        (["a**b"], "a/x/b", "allowed"),
+        (["src/a.txt"], "src/a.txt", "allowed"),
+        (["src/a.txt"], "src/a_txt", "unmatched"),  # a `.` in a pattern is a dot
+        (["src/a+txt"], "src/aatxt", "unmatched"),
+        (["src/(a)"], "src/(a)", "allowed"),
+        (["src"], "src/a.txt", "unmatched"),
+        (["docs/**", "src/**"], "src/a.txt", "allowed"),
+    ],
+)
+def test_path_globs_grant_exactly_what_they_say(worktree, patterns, path, outcome):
+    policy = policy_of(worktree, [{"id": "w", "kind": "write", "paths": patterns, "decision": "allow"}])
+    expect(policy.judge_write(path), outcome)
+
+
+@pytest.mark.parametrize(
+    ("path", "outcome"),
+    [
+        ("src/a.txt", "allowed"),
+        ("src/secret/key", "denied"),
+        ("src/keylink", "denied"),  # a symlink is judged where it leads
+        ("src/pkg/../secret/key", "denied"),
+        ("src/secret", "denied"),  # the directory itself
+        ("src", "denied"),  # holds the secret: reading it whole reaches it
+        (".", "denied"),
+        ("src/out/outside.txt", "outside_worktree"),
+        ("../wt2/x", "outside_worktree"),  # a sibling whose name starts with the worktree's is outside
+        ("/proc/self/environ", "proc"),
+        ("/proc", "proc"),
+        ("", "unparseable"),
+        ("a\0b", "unparseable"),
+    ],
+)
+def test_a_read_deny_holds_whatever_the_path_says(careful, path, outcome):
+    expect(careful.judge_read(path), outcome)
+
+
+def test_a_sibling_directory_named_like_the_worktree_is_outside(careful, worktree):
+    sibling = f"{worktree}2/x"
+    expect(careful.judge_read(sibling), "outside_worktree")
+    expect(careful.judge_write(sibling), "outside_worktree")
+    expect(careful.judge_execute(f"cat {sibling}"), "outside_worktree")
+    expect(careful.judge_read(f"{worktree}/src/a.txt"), "allowed")  # absolute inside is inside
+
+
+@pytest.mark.parametrize(
+    ("path", "outcome"),
+    [
+        (".git", "protected_path"),  # the directory, not only what is in it
+        (".git/hooks", "protected_path"),
+        (".GIT/config", "protected_path"),  # case-insensitive file systems
+        ("src/gitlink/config", "protected_path"),  # a protected file reached through a symlink
+        ("src/gitlink", "allowed"),  # the symlink itself is... judged where it leads
+        ("src/x/.git", "protected_path"),  # a nested repository's .git at any depth
+        ("src/x/.git/hooks/pre-commit", "protected_path"),
+        (".gitignore", "allowed"),
+        ("src/.gitx", "allowed"),
+        ("lib", "protected_path"),  # holds a protected glob's files
+        ("lib/vendor", "protected_path"),
+        ("lib/vendor/v.py", "protected_path"),
+        ("libx/a", "allowed"),
+        ("loop.yaml", "protected_path"),  # the run's config
+        ("transcripts/t.jsonl", "protected_path"),  # inside a protected directory
+        (".", "protected_path"),
+        ("docs/../.git/config", "protected_path"),
+    ],
+)
+def test_protected_paths_stay_protected_however_they_are_named(worktree, path, outcome):
+    if path == "src/gitlink":
+        outcome = "protected_path"  # it resolves to .git
+    policy = policy_of(
+        worktree,
+        [{"id": "all", "kind": "write", "paths": ["**"], "decision": "allow"}],
+        protected_globs=["lib/vendor/**"],
+        protected_files=[worktree / "loop.yaml", worktree / "transcripts"],
+    )
+    expect(policy.judge_write(path), outcome)
+
+
+# --- deleting or moving a directory judges everything beneath it ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "outcome"),
+    [
+        ({"kind": "delete", "locations": [{"path": "src"}]}, "denied"),  # src/pkg/secrets/ is beneath
+        ({"kind": "delete", "locations": [{"path": "src/pkg"}]}, "denied"),
+        ({"kind": "move", "rawInput": {"source": "src/pkg", "destination": "moved"}}, "denied"),
+        ({"kind": "move", "rawInput": {"source": "src", "destination": "elsewhere"}}, "denied"),
+        ({"kind": "delete", "locations": [{"path": "docs"}]}, "allowed"),
+        ({"kind": "delete", "locations": [{"path": "src/a.txt"}]}, "allowed"),
+        ({"kind": "delete", "locations": [{"path": "lib"}]}, "allowed"),
+    ],
+)
+def test_a_directory_is_deleted_or_moved_with_everything_beneath_it(open_policy, tool_call, outcome):
+    verdict = expect(open_policy.judge_tool_call(tool_call), outcome)
+    if outcome == "denied":
+        assert verdict.reason["rule_id"] == "no-secrets"
+        assert "/secrets/" in verdict.reason["target"] + "/"
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("rmdir src", "denied"),
+        ("mv src/pkg docs/pkg", "denied"),
+        ("mv docs lib/docs", "allowed"),
+        ("truncate -s0 src/pkg/secrets/k", "denied"),
+        ("grep -r TODO src", "denied"),  # reads src/.env and src/pkg/secrets/k
+        ("grep -r TODO docs", "allowed"),
+        ("grep TODO src/a.txt", "allowed"),
+        ("ls src", "allowed"),  # lists names: reads nothing beneath
+        ("ls -R src", "denied"),
+    ],
+)
+def test_commands_on_a_directory_are_judged_against_what_it_holds(open_policy, command, outcome):
+    expect(open_policy.judge_execute(["bash", "-c", command]), outcome)
+
+
+def test_a_nested_repository_beneath_a_directory_is_never_deleted(own_worktree):
+    worktree = own_worktree
+    (worktree / "src" / "vendored" / ".git").mkdir(parents=True)
+    policy = policy_of(worktree, [{"id": "all", "kind": "write", "paths": ["**"], "decision": "allow"}])
+    verdict = expect(policy.judge_tool_call({"kind": "delete", "locations": [{"path": "src"}]}), "protected_path")
+    assert verdict.reason["path"] == "src/vendored/.git"
+    expect(policy.judge_tool_call({"kind": "delete", "locations": [{"path": "docs"}]}), "allowed")
+
+
+def test_a_symlink_beneath_a_deleted_directory_is_not_followed(own_worktree):
+    """Deleting `src` removes the link `src/gitlink`, never the `.git` it points to."""
+    worktree = own_worktree
+    (worktree / "src" / "secret" / "key").unlink()
+    policy = policy_of(worktree, [{"id": "all", "kind": "write", "paths": ["**"], "decision": "allow"}])
+    expect(policy.judge_tool_call({"kind": "delete", "locations": [{"path": "src"}]}), "allowed")
+
+
+# --- exceptions are refusals ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        ["ls"],
+        ["cd"],
+        ["git"],
+        ["bash"],
+        ["sed"],
+        ["tar"],
+        ["python"],
+        [""],
+        [],
+        ["ls", 3],
+        ["ls", None],
+        [None],
+        "",
+        "   ",
+        "\n",
+    ],
+    ids=repr,
+)
+def test_any_argv_gets_a_verdict_never_an_exception(careful, request_):
+    verdict = careful.judge_execute(request_)
+    assert verdict.allowed is (request_ == ["ls"]), verdict
+
+
+@pytest.mark.parametrize(
+    "tool_call",
+    [
+        {"kind": "edit", "content": [{"type": "text", "text": "x"}]},
+        {"kind": "edit", "content": ["x", None, 3]},
+        {"kind": "edit", "locations": ["src/a.txt", None]},
+        {"kind": "edit", "locations": [{"path": None}]},
+        {"kind": "edit", "rawInput": "src/a.txt"},
+        {"kind": "edit", "rawInput": {"path": 3}},
+        {"kind": "edit", "rawInput": {"paths": [3, None]}},
+        {"kind": "edit", "rawInput": {"changes": ["src/a.txt"]}},
+        {"kind": "edit", "rawInput": {"path": "\0"}},
+        {"kind": "execute", "rawInput": {"command": 3}},
+        {"kind": "execute", "rawInput": {"command": ["ls", {"x": 1}]}},
+        {"kind": "execute", "rawInput": {"command": "ls", "cwd": 3}},
+        {"kind": "execute", "rawInput": {"command": "ls", "args": "src"}},
+        {"kind": "fetch", "rawInput": {"url": 3}},
+        {"kind": "fetch", "rawInput": {"url": "http://[::1"}},
+        {"kind": ["edit"]},
+        {"kind": None},
+    ],
+    ids=repr,
+)
+def test_any_tool_call_gets_a_verdict_never_an_exception(careful, tool_call):
+    assert not careful.judge_tool_call(tool_call).allowed
+
+
+def test_text_content_beside_a_path_is_no_obstacle(careful):
+    call = {"kind": "edit", "content": [{"type": "text", "text": "x"}], "locations": [{"path": "src/a.txt"}]}
+    expect(careful.judge_tool_call(call), "allowed")
+
+
+def test_a_request_the_policy_trips_over_is_refused_with_the_cause(careful):
+    verdict = expect(careful.judge_execute("ls", cwd="\0"), "unparseable")
+    assert "ValueError" in verdict.reason["why"]
+    verdict = expect(careful.judge_tool_call({"kind": "execute", "rawInput": {"command": "ls", "cwd": 3}}),
+                     "unparseable")  # fmt: skip
+    assert "could not be judged" in verdict.reason["why"]
+
+
+# --- the turn, the answers and the interactive path -----------------------------------------------
+
+OPTIONS = [("a1", "allow_once"), ("a2", "allow_always"), ("r1", "reject_once"), ("r2", "reject_always")]
+
+
+@pytest.mark.parametrize(
+    ("session", "turn", "outcome"),
+    [
+        ("s1", Turn("s1", frozenset({"s1"})), "allowed"),
+        ("s1", Turn(None, frozenset({"s1"})), "outside_turn"),
+        ("s2", Turn("s1", frozenset({"s1", "s2"})), "outside_turn"),
+        ("s3", Turn("s1", frozenset({"s1"})), "unknown_session"),
+        ("s1", Turn(None, frozenset()), "unknown_session"),
+    ],
+)
+def test_only_the_running_turns_session_may_act(careful, session, turn, outcome):
+    expect(careful.read(session, "src/a.txt", turn), outcome)
+    expect(careful.write(session, "src/a.txt", turn), outcome)
+    expect(careful.terminal(session, "ls", [], {}, None, turn), outcome)
+    expect(careful.terminal_use(session, session, turn), outcome)
+    verdict = careful.permission(session, {"kind": "read", "locations": [{"path": "src/a.txt"}]}, OPTIONS, turn)
+    expect(verdict, outcome)
+    assert verdict.option_id == ("a1" if outcome == "allowed" else "r1")
+
+
+def test_a_terminal_belongs_to_the_session_that_made_it(careful):
+    turn = Turn("s1", frozenset({"s1", "s2"}))
+    expect(careful.terminal_use("s1", "s2", turn), "not_its_terminal")
+    expect(careful.terminal_use("s1", "s1", turn), "allowed")
+
+
+@pytest.mark.parametrize(
+    ("options", "option_id", "outcome"),
+    [
+        (OPTIONS, "a1", "allowed"),
+        ([("a2", "allow_always"), ("r1", "reject_once")], "r1", "no_allow_once_option"),  # never allow_always
+        ([("a2", "allow_always"), ("r2", "reject_always")], "r2", "no_allow_once_option"),
+        ([("a2", "allow_always")], None, "no_allow_once_option"),  # answered `cancelled`
+        ([("r2", "reject_always"), ("a1", "allow_once")], "a1", "allowed"),
+    ],
+)
+def test_an_allow_is_answered_once_and_never_always(careful, options, option_id, outcome):
+    turn = Turn("s1", frozenset({"s1"}))
+    verdict = expect(careful.permission("s1", {"kind": "read", "locations": [{"path": "src/a.txt"}]}, options, turn),
+                     outcome)  # fmt: skip
+    assert verdict.option_id == option_id
+
+
+@pytest.mark.parametrize(
+    ("options", "option_id"),
+    [(OPTIONS, "r1"), ([("r2", "reject_always"), ("r1", "reject_once")], "r1"), ([("r2", "reject_always")], "r2"),
+     ([("a1", "allow_once")], None)],
+)  # fmt: skip
+def test_a_refusal_is_answered_with_a_reject_option(careful, options, option_id):
+    turn = Turn("s1", frozenset({"s1"}))
+    verdict = expect(careful.permission("s1", {"kind": "read", "locations": [{"path": "src/secret/key"}]}, options,
+                                        turn), "denied")  # fmt: skip
+    assert verdict.option_id == option_id
+
+
+@pytest.mark.parametrize(
+    ("title", "kind", "tools", "outcome"),
+    [
+        (f"mcp__{HOST}__open_proposal", "other", {"open_proposal"}, "host_tool"),
+        (f"mcp__{HOST}__open_proposal", None, {"open_proposal"}, "host_tool"),
+        (f"mcp__{HOST}__open_proposal", "other", {"comment"}, "unmatched"),  # not the role's tool
+        (f"mcp__{HOST}__open_proposal", "execute", {"open_proposal"}, "no_target"),  # a kind of its own
+        ("mcp__other__open_proposal", "other", {"open_proposal"}, "unmatched"),
+        (f"xmcp__{HOST}__open_proposal", "other", {"open_proposal"}, "unmatched"),
+        (f"mcp__{HOST}__open_proposal!", "other", {"open_proposal"}, "unmatched"),
+        (f"mcp__{HOST}x__open_proposal", "other", {"open_proposal"}, "unmatched"),
+    ],
+)
+def test_host_tools_are_what_the_role_allows(careful, title, kind, tools, outcome):
+    turn = Turn("s1", frozenset({"s1"}), frozenset(tools))
+    verdict = careful.permission("s1", {"title": title, "kind": kind}, OPTIONS, turn)
+    if outcome == "host_tool":
+        assert verdict.allowed and verdict.reason["kind"] == "host_tool" and verdict.option_id == "a1"
+    else:
+        expect(verdict, outcome)
+
+
+@pytest.mark.parametrize(
+    ("env", "outcome"),
+    [
+        ({}, "allowed"),
+        ({"LANG": "C", "LC_ALL": "C", "TERM": "dumb", "NO_COLOR": "1", "TZ": "UTC", "CLAUDECODE": "1"}, "allowed"),
+        ({"LD_PRELOAD": "x"}, "unsafe_env"),
+        ({"PATH": "/tmp"}, "unsafe_env"),
+        ({"HOME": "/tmp"}, "unsafe_env"),
+        ({"BASH_ENV": "x"}, "unsafe_env"),
+        ({"LANGX": "x"}, "unsafe_env"),
+        ({"XLANG": "x"}, "unsafe_env"),
+        ({"lc_all": "C"}, "unsafe_env"),
+        ({"LC_": "C"}, "unsafe_env"),
+    ],
+)
+def test_a_terminal_sets_only_harmless_variables(careful, env, outcome):
+    verdict = expect(careful.terminal("s1", "ls", ["src"], env, None, Turn("s1", frozenset({"s1"}))), outcome)
+    if outcome == "unsafe_env":
+        assert verdict.reason["names"] == sorted(env)
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "cwd", "argv", "workdir"),
+    [
+        ("ls", ["src"], None, ("ls", "src"), "."),
+        ("ls", None, "src", ("ls",), "src"),
+        ("ls src && git status", None, None, ("SHELL", "-c", "ls src && git status"), "."),
+        ("ls src", [], "docs", ("SHELL", "-c", "ls src"), "docs"),
+        ("ls", ["src && git push origin x"], None, ("ls", "src && git push origin x"), "."),  # one argument
+        ("ls", ["-la"], "src/..", ("ls", "-la"), "."),
+        ("ls", ["-la"], "src/keylink/..", ("ls", "-la"), "src/secret"),  # where the link really leads
+    ],
+)
+def test_a_terminal_runs_exactly_what_was_judged(careful, worktree, command, args, cwd, argv, workdir):
+    from harness._policy import SHELL
+
+    verdict = expect(careful.terminal("s1", command, args, {}, cwd, Turn("s1", frozenset({"s1"}))), "allowed")
+    assert verdict.argv == tuple(SHELL if w == "SHELL" else w for w in argv)
+    assert verdict.workdir == os.path.normpath(os.path.join(str(worktree), workdir))
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "outcome"),
+    [
+        ("ls src; git push origin x", None, "denied"),  # a string with shell characters is a script
+        ("ls\tsrc", None, "unmatched"),  # `ls\tsrc` with no args is a program of that name... judged as a script
+        ("git push origin x", [], "denied"),
+        ("ls > docs/x", None, "unmatched"),
+        ("ls", ["-la"], "allowed"),
+    ],
+)
+def test_a_terminal_command_string_is_judged_as_the_shell_reads_it(careful, command, args, outcome):
+    if command == "ls\tsrc":
+        outcome = "allowed"  # a tab separates: `ls src`
+    expect(careful.terminal("s1", command, args, {}, None, Turn("s1", frozenset({"s1"}))), outcome)
+
+
+def test_the_interactive_path_reaches_only_what_a_person_approved(worktree):
+    policy = Policy([], worktree)
+    turn = Turn("s1", frozenset({"s1"}))
+    ask = policy.permission("s1", {"kind": "edit", "locations": [{"path": "docs/r.md"}]}, OPTIONS, turn)
+    assert ask.ask and not ask.allowed and ask.reason["kind"] == "interactive"
+    approved = policy.approvals({"kind": "edit", "locations": [{"path": "docs/r.md"}]})
+    assert approved == {("write", "docs/r.md")}
+    with_approval = Turn("s1", frozenset({"s1"}), approvals=approved)
+    assert expect(policy.write("s1", "docs/r.md", with_approval), "allowed").reason["kind"] == "interactive"
+    expect(policy.write("s1", "docs/other.md", with_approval), "not_approved")
+    expect(policy.read("s1", "docs/r.md", with_approval), "not_approved")  # a write approval is no read
+    expect(policy.write("s1", ".git/config", Turn("s1", frozenset({"s1"}), approvals={("write", ".git/config")})),
+           "protected_path")  # fmt: skip
+    expect(policy.write("s1", "../outside.txt", with_approval), "outside_worktree")
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "approved"),
+    [
+        ({"kind": "read", "rawInput": {"file_path": "src/../docs/r.md"}}, {("read", "docs/r.md")}),
+        ({"kind": "read", "rawInput": {"file_path": "../outside.txt"}}, set()),
+        ({"kind": "execute", "rawInput": {"command": "ls src && git status"}},
+         {("execute", "ls src"), ("execute", "git status")}),
+        ({"kind": "execute", "rawInput": {"command": "git", "args": ["-C", "src", "status"]}},
+         {("execute", "git status")}),
+        ({"kind": "execute", "rawInput": {"command": ["bash", "-c", "ls $HOME"]}}, set()),
+        ({"kind": "execute", "rawInput": {"command": "git -c x=y status"}}, set()),
+        ({"kind": "fetch", "rawInput": {"url": "https://api.github.com"}}, set()),
+        ({"kind": "think"}, set()),
+    ],
+)  # fmt: skip
+def test_what_a_persons_allow_lets_the_agent_reach(worktree, tool_call, approved):
+    assert Policy([], worktree).approvals(tool_call) == approved
+
+
+def test_an_interactive_terminal_runs_only_the_approved_command(worktree):
+    policy = Policy([], worktree)
+    approved = policy.approvals({"kind": "execute", "rawInput": {"command": "ls src"}})
+    turn = Turn("s1", frozenset({"s1"}), approvals=approved)
+    assert expect(policy.terminal("s1", "ls", ["src"], {}, None, turn), "allowed").argv == ("ls", "src")
+    expect(policy.terminal("s1", "ls", ["docs"], {}, None, turn), "not_approved")
+    expect(policy.terminal("s1", "ls src > ../x", None, {}, None, turn), "outside_worktree")
+
+
+def test_the_search_path_loses_every_directory_an_agent_could_plant_a_program_in(careful, worktree):
+    entries = ["/usr/bin", "bin", str(worktree / "src" / "bin"), str(worktree / "docs"), "/bin", ""]
+    assert careful.search_path(os.pathsep.join(entries)).split(os.pathsep) == ["/usr/bin", str(worktree / "docs"),
+                                                                               "/bin"]  # fmt: skip
+
+
+# --- the recorded table ---------------------------------------------------------------------------
+
+_ROWS = load_rows(Path(__file__).with_name("policy_verdicts.jsonl"))
+
+
+@pytest.fixture(name="policies", scope="module")
+def policies_fixture(worktree):
+    return {name: policy_of(worktree, rules) for name, rules in POLICIES.items()}
+
+
+@pytest.mark.parametrize("row", _ROWS, ids=[f"{r['policy']}-{r['how']}-{i}" for i, r in enumerate(_ROWS, 1)])
+def test_each_recorded_request_gets_its_verdict(policies, row):
+    """policy_verdicts.jsonl: requests at the edges of what each program's table reads (most found by hunting
+    mutants), each with the verdict and, for a refusal, the reason a user reads."""
+    verdict = expect(judge(policies, row["policy"], row["how"], row["request"])(), row["outcome"])
+    if "why" in row:
+        assert verdict.reason["why"] == row["why"]
