@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test run run-scripted bench soak lint demo-workspace clean
+.PHONY: test run run-scripted bench soak lint mutation demo-workspace clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,15 @@ bench: $(STAMP)
 soak: $(STAMP)
 	.github/scripts/run-loop-soak.sh
 
+# Mutation testing of the policy and the shell parser (not part of `make test`: about 40 minutes on 2 cores).
+# Then every surviving mutant is hunted with a corpus of requests: one refused by the original and allowed by
+# the mutant is a refusal-to-allow survivor, and the run fails.
+mutation: $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[mutation]'
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children 2
+	$(BIN)/python tools/hunt_mutants.py --score
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -38,4 +47,4 @@ demo-workspace:
 	bash examples/make-demo-workspace.sh .demo
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .ruff_cache
+	rm -rf $(VENV) .demo .pytest_cache .ruff_cache mutants

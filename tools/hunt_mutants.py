@@ -17,6 +17,7 @@ import ast
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -96,11 +97,25 @@ def corpus(seed: int = 9) -> list[Request]:
     return requests
 
 
+class _Hung(Exception):
+    pass
+
+
+def _hung(signum: int, frame: object) -> None:
+    raise _Hung
+
+
 def verdict_key(judge: Callable[[], object]) -> tuple:
+    """The verdict's parts a user sees; an exception or a hang (a mutant's endless loop) is a verdict too."""
+    signal.setitimer(signal.ITIMER_REAL, 2.0)
     try:
         v = judge()
-    except Exception as exc:
+    except _Hung:
+        return ("hung",)
+    except Exception as exc:  # a mutant may raise anything: that is a difference too
         return ("raised", type(exc).__name__)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     reason = dict(v.reason)  # type: ignore[attr-defined]
     return (
         v.allowed,
@@ -135,15 +150,44 @@ def functions_reached(judges: list[Callable[[], object]]) -> dict[str, list[int]
     return reached
 
 
+_KILLED = {1, 3}  # a test failed
+_TIMEOUT = {36, 24, -24, 152, 255}  # the mutant hung the tests: noticed too
+
+
+def score() -> str:
+    """mutmut's outcome per module, from its own records (mutants/**/*.meta)."""
+    lines = [f"{'module':<22} {'mutants':>7} {'killed':>7} {'timeout':>7} {'survived':>8} {'score':>6}"]
+    totals = [0, 0, 0, 0]
+    for meta in sorted((ROOT / "mutants" / "harness").glob("*.py.meta")):
+        codes = list(json.loads(meta.read_text())["exit_code_by_key"].values())
+        counts = [len(codes), sum(c in _KILLED for c in codes), sum(c in _TIMEOUT for c in codes), codes.count(0)]
+        totals = [a + b for a, b in zip(totals, counts, strict=True)]
+        lines.append(_score_line(meta.name.removesuffix(".meta"), counts))
+    lines.append(_score_line("all", totals))
+    return "\n".join(lines)
+
+
+def _score_line(name: str, counts: list[int]) -> str:
+    total, killed, timeout, survived = counts
+    return f"{name:<22} {total:>7} {killed:>7} {timeout:>7} {survived:>8} {100 * (killed + timeout) / total:>5.1f}%"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--record", type=Path)
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--names", type=Path, help="mutant names, one per line (default: mutmut's survivors)")
+    parser.add_argument("--score", action="store_true", help="print mutmut's score per module first")
     options = parser.parse_args()
+    signal.signal(signal.SIGALRM, _hung)
+    if options.score:
+        print(score())
     assert "mutants" in harness.__file__, "run `mutmut run` first: the hunter reads its mutated copy"
     names = options.names.read_text().split() if options.names else survivors()
     names = names[: options.limit] if options.limit else names
+    if not names:
+        print("no surviving mutants")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         policies = policy_corpus.policies(Path(tmp))
         requests = corpus()
@@ -175,14 +219,14 @@ def main() -> None:
             refusal_to_allow += hit[2]
             request, before, worse = hit
             row = policy_corpus.row(*request, before)
+            if options.record and json.dumps(row, sort_keys=True) not in rows:
+                with options.record.open("a") as out:
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
             rows.setdefault(json.dumps(row, sort_keys=True), row)
             print(f"{name}: {'REFUSAL->ALLOW ' if worse else ''}{request!r}", file=sys.stderr)
     print(f"distinguished {distinguished}/{len(names)}; refusal-to-allow {refusal_to_allow}; silent {len(silent)}")
-    Path("/tmp/silent-mutants.txt").write_text("\n".join(silent) + "\n")
-    if options.record:
-        with options.record.open("a") as out:
-            for row in rows.values():
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    (ROOT / "mutants" / "silent-mutants.txt").write_text("\n".join(silent) + "\n")  # to read with `mutmut show`
+    sys.exit(1 if refusal_to_allow else 0)
 
 
 if __name__ == "__main__":

@@ -98,11 +98,13 @@ def judge(policies: Mapping[str, Policy], policy: str, how: str, request: Any) -
 
 def row(policy: str, how: str, request: Any, verdict: tuple) -> dict[str, Any]:
     """A table row: the request, and the outcome ("allowed" or the reason kind) with the reason's `why`."""
-    allowed, kind, why = verdict[0], verdict[1], verdict[2]
+    allowed, kind, why, rules = verdict[0], verdict[1], verdict[2], verdict[3]
     out: dict[str, Any] = {"policy": policy, "how": how, "request": request,
                            "outcome": "allowed" if allowed is True else kind}  # fmt: skip
     if why and allowed is not True:
         out["why"] = why
+    if allowed is True:
+        out["rules"] = list(rules)
     return out
 
 

@@ -48,11 +48,14 @@ def open_policy_fixture(worktree):
 
 
 def expect(verdict, outcome: str):
-    """`outcome` is "allowed" or the reason kind of the refusal."""
+    """`outcome` is "allowed" or the reason kind of the refusal. An allow names the rules that allowed it (the
+    transcript records them); every verdict keeps the shape the client and the transcript read."""
+    assert isinstance(verdict.rule_ids, tuple) and isinstance(verdict.paths, tuple), verdict
+    assert all(isinstance(r, str) and r for r in verdict.rule_ids), verdict
     if outcome == "allowed":
-        assert verdict.allowed, verdict
+        assert verdict.allowed is True and verdict.rule_ids, verdict
     else:
-        assert not verdict.allowed, verdict
+        assert verdict.allowed is False, verdict
         assert verdict.reason["kind"] == outcome, verdict.reason
     return verdict
 
@@ -614,7 +617,8 @@ def test_only_the_running_turns_session_may_act(careful, session, turn, outcome)
     expect(careful.read(session, "src/a.txt", turn), outcome)
     expect(careful.write(session, "src/a.txt", turn), outcome)
     expect(careful.terminal(session, "ls", [], {}, None, turn), outcome)
-    expect(careful.terminal_use(session, session, turn), outcome)
+    use = careful.terminal_use(session, session, turn)  # a gate only: no rule decides it
+    assert (use.allowed, use.reason["kind"]) == ((True, "allowed") if outcome == "allowed" else (False, outcome))
     verdict = careful.permission(session, {"kind": "read", "locations": [{"path": "src/a.txt"}]}, OPTIONS, turn)
     expect(verdict, outcome)
     assert verdict.option_id == ("a1" if outcome == "allowed" else "r1")
@@ -622,8 +626,9 @@ def test_only_the_running_turns_session_may_act(careful, session, turn, outcome)
 
 def test_a_terminal_belongs_to_the_session_that_made_it(careful):
     turn = Turn("s1", frozenset({"s1", "s2"}))
-    expect(careful.terminal_use("s1", "s2", turn), "not_its_terminal")
-    expect(careful.terminal_use("s1", "s1", turn), "allowed")
+    assert careful.terminal_use("s1", "s2", turn).reason == {"kind": "not_its_terminal", "session": "s1", "owner": "s2"}
+    assert careful.terminal_use("s1", "s2", turn).allowed is False
+    assert careful.terminal_use("s1", "s1", turn).allowed is True
 
 
 @pytest.mark.parametrize(
@@ -801,3 +806,5 @@ def test_each_recorded_request_gets_its_verdict(policies, row):
     verdict = expect(judge(policies, row["policy"], row["how"], row["request"])(), row["outcome"])
     if "why" in row:
         assert verdict.reason["why"] == row["why"]
+    if "rules" in row:
+        assert list(verdict.rule_ids) == row["rules"]
