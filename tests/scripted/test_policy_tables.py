@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from policy_corpus import CAREFUL, OPEN, POLICIES, build_worktree, judge, load_rows, policy_of
+from policy_corpus import CAREFUL, OPEN, POLICIES, TOOLS, build_worktree, judge, load_rows, policy_of
 
 from harness import Policy
 from harness._config import HOST_SERVER_NAME as HOST
@@ -808,3 +808,174 @@ def test_each_recorded_request_gets_its_verdict(policies, row):
         assert verdict.reason["why"] == row["why"]
     if "rules" in row:
         assert list(verdict.rule_ids) == row["rules"]
+
+
+# --- program tables: what each option makes a write, a read or a refusal --------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("tar -cf docs/x.tar src/a.txt", "unmatched"),  # every way of making or changing an archive writes it
+        ("tar -rf docs/x.tar src/a.txt", "unmatched"),
+        ("tar -uf docs/x.tar src/a.txt", "unmatched"),
+        ("tar -Af docs/x.tar src/y.tar", "unmatched"),
+        ("tar --create -f docs/x.tar src/a.txt", "unmatched"),
+        ("tar --append -f docs/x.tar src/a.txt", "unmatched"),
+        ("tar --update -f docs/x.tar src/a.txt", "unmatched"),
+        ("tar --cre -f docs/x.tar src/a.txt", "unmatched"),  # abbreviated
+        ("tar rf docs/x.tar src/a.txt", "unmatched"),  # old style: no dash
+        ("tar uf docs/x.tar src/a.txt", "unmatched"),
+        ("tar cf docs/x.tar src/a.txt", "unmatched"),
+        ("tar -tf docs/r.md", "allowed"),  # listing reads the archive
+        ("tar tf docs/r.md", "allowed"),
+        ("tar -cf src/x.tar src/a.txt", "allowed"),
+        ("tar -cf src/x.tar src/secret", "denied"),
+        ("tar -cvf src/x.tar src/a.txt", "allowed"),
+        ("tar -xf src/x.tar", "unsafe_argument"),
+        ("tar xvf src/x.tar", "unsafe_argument"),
+        ("tar -cf src/x.tar -C docs r.md", "unsafe_argument"),
+    ],
+)
+def test_tar_writes_the_archive_it_makes_and_only_lists_others(worktree, command, outcome):
+    expect(policy_of(worktree, TOOLS).judge_execute(["bash", "-c", command]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("deny", "command", "outcome"),
+    [
+        ("src/*/key", "grep -r x src", "denied"),  # a deny with a wildcard in the middle, found beneath src
+        ("src/*/key", "grep -r x docs", "allowed"),
+        ("src/*/key", "grep -r x src/pkg", "allowed"),  # nothing beneath src/pkg matches
+        ("src/*/key", "cat src/a.txt", "allowed"),
+        ("*/secret/key", "grep -r x src", "denied"),
+        ("src/secret/key", "grep -r x src", "denied"),
+        ("docs/*.md", "grep -r x src", "allowed"),
+        ("docs/*.md", "grep -r x docs", "denied"),
+        ("docs/*.md", "grep -r x .", "denied"),
+    ],
+)
+def test_a_recursive_read_meets_every_read_deny_beneath_it(worktree, deny, command, outcome):
+    rules = [*OPEN[:3], {"id": "deny", "kind": "read", "paths": [deny], "decision": "deny"}]
+    expect(policy_of(worktree, rules).judge_execute(["bash", "-c", command]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("deny", "path", "outcome"),
+    [
+        ("src/*/key", "src", "denied"),
+        ("src/*/key", "docs", "allowed"),
+        ("src/*/key", "src/pkg", "allowed"),
+        ("lib/*/v.py", "lib", "denied"),
+        ("**/v.py", "lib", "denied"),
+        ("lib/vendor/v.py", "lib", "denied"),
+    ],
+)
+def test_deleting_a_directory_meets_every_write_deny_beneath_it(worktree, deny, path, outcome):
+    rules = [*OPEN[:3], {"id": "deny", "kind": "write", "paths": [deny], "decision": "deny"}]
+    policy = policy_of(worktree, rules)
+    expect(policy.judge_tool_call({"kind": "delete", "locations": [{"path": path}]}), outcome)
+    expect(policy.judge_execute(f"rm -r {path}"), outcome)
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("cd -P src && cat secret/key", "denied"),
+        ("cd -L src && cat secret/key", "denied"),
+        ("cd -e src && cat secret/key", "denied"),
+        ("cd -@ src && cat secret/key", "denied"),
+        ("cd -- src && cat secret/key", "denied"),
+        ("cd -x src", "unsafe_argument"),
+        ("cd -", "unsafe_argument"),
+        ("cd +1", "unsafe_argument"),
+        ("cd -1", "unsafe_argument"),
+        ("cd docs && ls", "allowed"),
+    ],
+)
+def test_cd_options_never_hide_where_it_goes(careful, command, outcome):
+    expect(careful.judge_execute(["bash", "-c", command]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("sed -n p -- src/secret/key", "denied"),  # after `--` every word is a file
+        ("sed -n -- p src/secret/key", "denied"),
+        ("sed -- p src/a.txt docs/r.md src/secret/key", "denied"),
+        ("sed -i -- s/a/b/ docs/r.md", "unmatched"),  # in place: a write
+        ("sed --in-place s/a/b/ docs/r.md", "unmatched"),
+        ("sed --in s/a/b/ docs/r.md", "unmatched"),
+        ("sed -s -i s/a/b/ docs/r.md", "unmatched"),
+        ("sed -l 5 p src/secret/key", "denied"),  # -l takes a value: p is the script
+        ("sed --line-length 5 p src/secret/key", "denied"),
+        ("sed --line-length=5 p src/secret/key", "denied"),
+        ("sed --l=5 p src/a.txt", "allowed"),
+        ("sed --e p src/secret/key", "denied"),
+        ("sed --expression=p src/secret/key", "denied"),
+        ("sed --expression p src/secret/key", "denied"),
+        ("sed -e p -e 'w docs/x' src/a.txt", "unsafe_argument"),
+        ("sed --quiet p src/a.txt", "allowed"),
+        ("sed --posix p src/a.txt", "allowed"),
+        ("sed --s p src/a.txt", "unsafe_argument"),  # ambiguous: --separate, --sandbox, --silent
+        ("sed --x p src/a.txt", "unsafe_argument"),
+        ("sed -y p src/a.txt", "unsafe_argument"),
+        ("sed", "unsafe_argument"),
+        ("sed -n", "unsafe_argument"),
+        ("sed '\\' src/a.txt", "unsafe_argument"),  # a backslash ending the script
+        ("sed 's/a/b' src/a.txt", "unsafe_argument"),
+        ("sed 's\\a\\b\\' src/a.txt", "unsafe_argument"),
+        ("sed '\\%x%d' src/secret/key", "denied"),  # a custom address delimiter, then the file
+        ("sed '\\%x%Id' src/a.txt", "allowed"),
+        ("sed '/a\\/b/d' src/a.txt", "allowed"),
+        ("sed 's/a\\/b/c/' src/a.txt", "allowed"),
+        ("sed 's/a/b/gw docs/x' src/a.txt", "unsafe_argument"),
+        ("sed 's/a/b/3e' src/a.txt", "unsafe_argument"),
+        ("sed 'y/ab/cd/' src/a.txt", "allowed"),
+        ("sed 'y/ab/cd/w' src/a.txt", "unsafe_argument"),  # y takes no flags: w is a write command
+        ("sed '1!G;h;$!d' src/a.txt", "allowed"),
+        ("sed '$a end' src/a.txt", "allowed"),
+        ("sed 'a w docs/x' src/a.txt", "allowed"),  # text to append, not a command
+        ("sed -n '/x/{p;q}' src/a.txt", "allowed"),
+        ("sed ':a;N;ba' src/a.txt", "allowed"),
+        ("sed 'b end;w x' src/a.txt", "unsafe_argument"),
+        ("sed 'k' src/a.txt", "unsafe_argument"),
+        ("sed '0~2p;1~3d;5,+2p;$=' src/a.txt", "allowed"),
+    ],
+)
+def test_sed_is_read_as_gnu_sed_reads_it(worktree, command, outcome):
+    expect(policy_of(worktree, TOOLS).judge_execute(["bash", "-c", command]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("pytest --cov-report=html:docs/cov", "unmatched"),  # the directory after the colon is written
+        ("pytest --cov-report=xml:/tmp/c.xml", "outside_worktree"),
+        ("pytest --cov-report=html:src/cov:x", "allowed"),
+        ("pytest --cov-report=term", "allowed"),
+        ("pytest --junitxml=docs/j.xml", "unmatched"),
+        ("pytest --junit-xml docs/j.xml", "unmatched"),
+        ("pytest --log-file=docs/l", "unmatched"),
+        ("pytest --html=docs/h", "unmatched"),
+        ("pytest --report-log docs/r", "unmatched"),
+        ("pytest --debug=docs/d", "unmatched"),
+        ("pytest --rootdir=docs", "unmatched"),
+        ("pytest --basetemp=src/t", "allowed"),
+        ("pytest -o cache_dir=src/c", "allowed"),
+        ("pytest -ocache_dir=docs/c", "unmatched"),
+        ("pytest --override-ini cache_dir=docs/c", "unmatched"),
+        ("pytest --override-ini=addopts=-x", "unsafe_argument"),
+        ("pytest -o 'addopts =-x'", "unsafe_argument"),
+        ("pytest -p no:cacheprovider", "allowed"),
+        ("pytest -p xdist", "unsafe_argument"),
+        ("pytest -k 'a or b' -m slow docs", "allowed"),
+        ("pytest -kp docs", "allowed"),  # -k takes `p`: no plugin
+        ("pytest --pastebin=failed", "unsafe_argument"),
+        ("python3 -m pytest -p evil", "unsafe_argument"),
+        ("python -m pytest", "allowed"),
+    ],
+)
+def test_pytest_options_that_write_or_load_code(worktree, command, outcome):
+    rules = [*TOOLS, {"id": "py3", "kind": "execute", "commands": ["python3 -m pytest *"], "decision": "allow"}]
+    expect(policy_of(worktree, rules).judge_execute(["bash", "-c", command]), outcome)
