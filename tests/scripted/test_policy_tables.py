@@ -979,3 +979,112 @@ def test_sed_is_read_as_gnu_sed_reads_it(worktree, command, outcome):
 def test_pytest_options_that_write_or_load_code(worktree, command, outcome):
     rules = [*TOOLS, {"id": "py3", "kind": "execute", "commands": ["python3 -m pytest *"], "decision": "allow"}]
     expect(policy_of(worktree, rules).judge_execute(["bash", "-c", command]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("curl -odocs/x https://e.example", "unmatched"),  # -o glued: an output, for programs without a table too
+        ("curl -odocs https://e.example", "unmatched"),
+        ("git config --get --list user.name", "unsafe_argument"),  # two actions
+        ("git config -l user.name", "unsafe_argument"),  # listing takes no name
+        ("git config --list user.name", "unsafe_argument"),
+        ("git config list user.name", "unsafe_argument"),
+        ("git config -l", "allowed"),
+        ("git config get user.name", "allowed"),
+        ("git config --get-regexp user x", "allowed"),
+        ("git config --get user.name x", "unsafe_argument"),
+        ("git commit --verbose", "denied"),  # prints the staged diff: every file, the secret too
+        ("git commit --verb", "denied"),
+        ("git commit -v", "denied"),
+        ("git status --verbose", "denied"),
+        ("git commit -m x", "allowed"),
+        ("git show-branch --sha1-name", "denied"),  # not known to print only names
+        ("git show-branch", "allowed"),
+        ("git log --format=a=b", "allowed"),
+        ("git log --pretty=format:%H -3", "allowed"),
+        ("git log -12", "allowed"),
+        ("git log -n12", "allowed"),
+        ("git log -U3", "denied"),
+    ],
+)
+def test_more_options_that_write_print_or_act(worktree, command, outcome):
+    expect(policy_of(worktree, TOOLS).judge_execute(["bash", "-c", command]), outcome)
+
+
+def test_cd_to_an_absolute_place_inside_is_judged_where_it_leads(careful, worktree):
+    expect(careful.judge_execute(["bash", "-c", f"cd {worktree}/src && cat secret/key"]), "denied")
+    expect(careful.judge_execute(["bash", "-c", f"cd {worktree}/docs && cat ../src/a.txt"]), "allowed")
+    expect(careful.judge_execute(["bash", "-c", f"cd {worktree}/../wt2 && ls"]), "outside_worktree")
+
+
+@pytest.mark.parametrize(
+    ("url", "outcome"),
+    [
+        ("https://api.github.com/a b", "unparseable"),  # a space anywhere
+        ("https://api.github.com/\x7f", "unparseable"),
+        ("https://api.github.com/\x1f", "unparseable"),
+        ("https://api.github.com/a\\b", "unparseable"),  # a backslash anywhere
+        ("https://api.github.com/a!b", "allowed"),
+        ("https://api.github.com/\x80", "allowed"),
+        ("api.github.com:x", "allowed"),
+        ("localhost:8080", "unmatched"),
+    ],
+)
+def test_a_url_is_refused_where_parsers_may_disagree(careful, url, outcome):
+    expect(careful.judge_tool_call({"kind": "fetch", "rawInput": {"url": url}}), outcome)
+
+
+@pytest.mark.parametrize(
+    ("change", "outcome"),
+    [
+        ({"move_path": ".git/hooks/pre-commit"}, "protected_path"),
+        ({"update": {"move_path": ".git/hooks/pre-commit"}}, "protected_path"),
+        ({"update": {"nested": {"move_path": ".git/hooks/pre-commit"}}}, "protected_path"),
+        ({"update": {"move_path": "src/b.txt"}}, "allowed"),
+    ],
+)
+def test_a_patch_that_moves_a_file_is_judged_where_it_moves_it(careful, change, outcome):
+    expect(careful.judge_tool_call({"kind": "edit", "rawInput": {"changes": {"src/a.txt": change}}}), outcome)
+
+
+def test_the_reasons_a_client_records(careful):
+    turn = Turn("s1", frozenset({"s1", "s2"}), frozenset({"open_proposal"}))
+    assert careful.read("s2", "src/a.txt", turn).reason == {"kind": "outside_turn", "session": "s2"}
+    assert careful.read("s9", "src/a.txt", turn).reason == {"kind": "unknown_session", "session": "s9"}
+    host = careful.permission("s1", {"title": f"mcp__{HOST}__open_proposal", "kind": "other"}, OPTIONS, turn)
+    assert (host.rule_ids, dict(host.reason)) == (
+        ("builtin:host-tool",),
+        {"kind": "host_tool", "tool": "open_proposal"},
+    )
+    think = careful.judge_tool_call({"kind": "think"})
+    assert (think.rule_ids, dict(think.reason)) == (("builtin:think",), {"kind": "no_permission_needed"})
+    use = careful.terminal_use("s1", "s1", turn)
+    assert (use.allowed, use.rule_ids, dict(use.reason)) == (True, (), {"kind": "allowed"})
+    null = careful.judge_execute("ls > /dev/null")
+    assert null.rule_ids == ("ls", "builtin:dev-null")
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "approved"),
+    [
+        ({"kind": "fetch", "rawInput": {"command": "rm -rf src", "url": "https://x"}}, set()),
+        ({"kind": "execute", "rawInput": "ls"}, set()),
+        (
+            {"kind": "execute", "rawInput": {"command": ["git", "status"], "args": ["push"]}},
+            {("execute", "git status")},
+        ),
+        ({"kind": "search", "rawInput": {"path": "docs"}}, {("read", "docs")}),
+        ({"kind": "delete", "locations": [{"path": "docs/r.md"}]}, {("write", "docs/r.md")}),
+    ],
+)
+def test_what_an_allow_approves_and_nothing_more(worktree, tool_call, approved):
+    assert Policy([], worktree).approvals(tool_call) == approved
+
+
+def test_an_approved_read_is_readable_once_approved(worktree):
+    policy = Policy([], worktree)
+    approved = policy.approvals({"kind": "read", "locations": [{"path": "docs/r.md"}]})
+    turn = Turn("s1", frozenset({"s1"}), approvals=approved)
+    assert expect(policy.read("s1", "docs/r.md", turn), "allowed").reason["kind"] == "interactive"
+    expect(policy.read("s1", "src/a.txt", turn), "not_approved")
