@@ -517,7 +517,10 @@ def test_a_nested_repository_beneath_a_directory_is_never_deleted(own_worktree):
     (worktree / "src" / "vendored" / ".git").mkdir(parents=True)
     policy = policy_of(worktree, [{"id": "all", "kind": "write", "paths": ["**"], "decision": "allow"}])
     verdict = expect(policy.judge_tool_call({"kind": "delete", "locations": [{"path": "src"}]}), "protected_path")
-    assert verdict.reason["path"] == "src/vendored/.git"
+    assert (verdict.rule_ids, dict(verdict.reason)) == (
+        ("protected",),
+        {"kind": "protected_path", "path": "src/vendored/.git", "in": "src"},
+    )
     expect(policy.judge_tool_call({"kind": "delete", "locations": [{"path": "docs"}]}), "allowed")
 
 
@@ -1088,3 +1091,39 @@ def test_an_approved_read_is_readable_once_approved(worktree):
     turn = Turn("s1", frozenset({"s1"}), approvals=approved)
     assert expect(policy.read("s1", "docs/r.md", turn), "allowed").reason["kind"] == "interactive"
     expect(policy.read("s1", "src/a.txt", turn), "not_approved")
+
+
+def test_a_directory_too_large_to_judge_whole_is_refused(own_worktree, monkeypatch):
+    """The walk beneath a directory is bounded (100,000 paths in use; three here)."""
+    from harness import _policy
+
+    monkeypatch.setattr(_policy, "_MAX_CONTENTS", 3)
+    for name in ("a", "b"):
+        (own_worktree / "docs" / name).write_text("x\n")
+    policy = policy_of(own_worktree, OPEN)
+    expect(policy.judge_execute("rm -r docs"), "denied")  # rm is denied outright: the walk is not the reason
+    expect(policy.judge_tool_call({"kind": "delete", "locations": [{"path": "docs"}]}), "allowed")  # 3 paths
+    (own_worktree / "docs" / "c").write_text("x\n")
+    verdict = expect(policy.judge_tool_call({"kind": "delete", "locations": [{"path": "docs"}]}), "too_many_files")
+    assert dict(verdict.reason) == {"kind": "too_many_files", "path": "docs", "why": "more than 3 paths to judge"}
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("ls ../nope", "outside_worktree"),  # a path that does not exist is judged by what it names
+        ("ls src/../../nope", "outside_worktree"),
+        ("ls nope", "allowed"),  # a word with no `/` that names nothing is no path
+        ("cat ..", "outside_worktree"),
+    ],
+)
+def test_a_path_is_judged_whether_or_not_it_exists(careful, command, outcome):
+    expect(careful.judge_execute(command), outcome)
+
+
+def test_a_nested_repository_is_named_in_the_refusal(own_worktree):
+    (own_worktree / "src" / "sub" / ".git").mkdir(parents=True)
+    (own_worktree / "src" / "sub" / "deeper").mkdir()
+    policy = policy_of(own_worktree, CAREFUL)
+    verdict = expect(policy.judge_execute("git status", cwd="src/sub/deeper"), "nested_repository")
+    assert (verdict.reason["path"], verdict.reason["command"]) == ("src/sub", "git status")
