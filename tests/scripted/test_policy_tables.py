@@ -1127,3 +1127,47 @@ def test_a_nested_repository_is_named_in_the_refusal(own_worktree):
     policy = policy_of(own_worktree, CAREFUL)
     verdict = expect(policy.judge_execute("git status", cwd="src/sub/deeper"), "nested_repository")
     assert (verdict.reason["path"], verdict.reason["command"]) == ("src/sub", "git status")
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("grep -r x", "denied"),  # a recursive reader with no directory reads where it runs, .env and all
+        ("egrep -r x", "denied"),
+        ("fgrep -r x", "denied"),
+        ("grep -R x", "denied"),
+        ("grep -rn x", "denied"),
+        ("grep -nr x", "denied"),
+        ("grep --recursive x", "denied"),
+        ("grep --dereference-recursive x", "denied"),
+        ("grep --directories=recurse x", "denied"),
+        ("grep -d recurse x", "denied"),
+        ("grep -drecurse x", "denied"),
+        ("grep -A 2 -r x", "denied"),
+        ("grep -A2 -r x", "denied"),
+        ("grep -r -e x", "denied"),  # the pattern given by -e: no operand names a place
+        ("grep -re x", "denied"),
+        ("grep -r --regexp=x", "denied"),
+        ("grep -r --file=docs/r.md", "denied"),
+        ("grep -rf docs/r.md", "denied"),
+        ("grep -r -e x docs", "allowed"),
+        ("grep -r x docs", "allowed"),
+        ("grep -r -d skip x docs", "allowed"),
+        ("grep -e x -e y", "allowed"),  # not recursive: stdin
+        ("grep x", "allowed"),
+        ("grep -d skip x", "allowed"),
+        ("rg x", "denied"),
+        ("rg -n x", "denied"),
+        ("ag x", "denied"),
+        ("rg x docs", "allowed"),
+        ("ag x docs", "allowed"),
+        ("ls -R", "denied"),
+        ("ls -lR", "denied"),
+        ("ls --recursive", "denied"),
+        ("ls --recur", "denied"),
+        ("ls -R docs", "allowed"),
+        ("ls -l", "allowed"),
+    ],
+)
+def test_a_recursive_reader_given_no_place_reads_where_it_runs(open_policy, command, outcome):
+    expect(open_policy.judge_execute(["bash", "-c", command]), outcome)
