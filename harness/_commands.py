@@ -501,7 +501,10 @@ def _option_values(args: Sequence[str], options: dict[str, bool]) -> list[PathAr
         for option, write in options.items():
             if not write:
                 continue
-            if len(option) > 2:
+            if len(option) > 2 and not option.startswith("--"):  # find's `-fprint FILE`: never abbreviated
+                if arg == option and i + 1 < len(args):
+                    found.append(_candidate(args[i + 1], write=True, certain=True))
+            elif len(option) > 2:
                 if len(name) > 2 and name.startswith("--") and option.startswith(name):
                     if eq:
                         found.append(_candidate(value, write=True, certain=True))

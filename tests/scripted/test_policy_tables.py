@@ -1171,3 +1171,84 @@ def test_a_nested_repository_is_named_in_the_refusal(own_worktree):
 )
 def test_a_recursive_reader_given_no_place_reads_where_it_runs(open_policy, command, outcome):
     expect(open_policy.judge_execute(["bash", "-c", command]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("cat file:src/secret/key", "denied"),  # a file: URL names a local path
+        ("cat file://src/secret/key", "denied"),
+        ("cat FILE:src/secret/key", "denied"),
+        ("cat File://src/secret/key", "denied"),
+        ("cat file:", "outside_worktree"),  # the root
+        ("cat file://", "outside_worktree"),
+        ("cat file:docs/r.md", "allowed"),
+        ("cat https://e.example/src/secret/key", "allowed"),  # another scheme names no local path
+        ("touch file:docs/x", "unmatched"),  # a write stays a write
+        ("wc --output=docs/x src/a.txt", "unmatched"),  # options that name an output, for any program
+        ("wc --output docs/x src/a.txt", "unmatched"),
+        ("wc --outp docs/x src/a.txt", "unmatched"),
+        ("wc --o docs/x src/a.txt", "unmatched"),
+        ("wc --log-file=docs/x src/a.txt", "unmatched"),
+        ("wc --outfile=docs/x", "unmatched"),
+        ("wc --output=src/x src/a.txt", "allowed"),
+        ("wc --lines=docs/r.md", "allowed"),  # any other option's value is read
+        ("wc --lines=src/secret/key", "denied"),
+        ("du --files0-from=x", "unsafe_argument"),
+        ("du --exclude-from=x docs", "unsafe_argument"),
+        ("du --exclude-fr=x docs", "unsafe_argument"),
+        ("du --include-from x docs", "unsafe_argument"),
+        ("wc --files-from=x", "unsafe_argument"),
+        ("find docs -delete", "unmatched"),  # find -delete removes what it finds
+        ("find docs -name x", "allowed"),
+        ("find docs -fprint src/x", "allowed"),
+        ("find docs -fprint docs/x", "unmatched"),  # find's actions that write a file
+        ("find . -fprint .git/hooks/pre-commit", "protected_path"),
+        ("find docs -fprint0 docs/x", "unmatched"),
+        ("find docs -fprintf docs/x %p", "unmatched"),
+        ("find docs -fls docs/x", "unmatched"),
+        ("find docs -exec ls ;", "unsafe_argument"),
+        ("find docs -execdir ls ;", "unsafe_argument"),
+        ("find docs -ok ls ;", "unsafe_argument"),
+        ("touch -- docs/x", "unmatched"),
+        ("cp -- src/a.txt docs/y", "unmatched"),
+        ("cp src/a.txt -- docs/y", "unmatched"),
+        ("cp src/a.txt src/b.txt", "allowed"),
+        ("cp src/secret/key src/b.txt", "denied"),
+        ("cp -t docs src/a.txt", "unmatched"),
+        ("cp --target-directory=docs src/a.txt", "unmatched"),
+        ("cp --target-directory docs src/a.txt", "unmatched"),
+        ("cp --target docs src/a.txt", "unmatched"),
+        ("sort -o docs/x src/a.txt", "unmatched"),
+        ("sort -uodocs/x src/a.txt", "unmatched"),
+        ("sort -u -o docs/x src/a.txt", "unmatched"),
+        ("sort -o src/x src/a.txt", "allowed"),
+        ("sort -k 2 -t / src/a.txt", "allowed"),
+        ("grep -f src/secret/key docs", "denied"),  # a file of patterns is read
+        ("grep -e x -f src/secret/key docs", "denied"),
+        ("grep -hf src/secret/key docs", "denied"),
+        ("grep -e src/secret/key docs", "allowed"),  # a pattern names no file
+        ("head -n 1 src/secret/key", "denied"),
+        ("head -c5 src/a.txt", "allowed"),
+        ("gcc -o docs/a src/a.c", "unmatched"),
+        ("gcc -Isrc/secret -c src/a.c", "denied"),  # an include directory is read
+        ("gcc -Wall -odocs/a src/a.c", "unmatched"),
+        ("chmod 644 docs/r.md", "unmatched"),
+        ("chmod 644 src/a.txt", "allowed"),
+        ("chmod docs/r.md src/a.txt", "allowed"),  # the first operand is a mode
+        ("chown x docs/r.md", "unmatched"),
+        ("dd if=src/secret/key of=src/x", "denied"),
+        ("dd if=src/a.txt of=docs/x", "unmatched"),
+        ("cut -f1 @src/secret/key", "denied"),  # @file reads the file
+        ("install -m 644 src/a.txt docs/a", "unmatched"),
+        ("ln -s src/a.txt docs/l", "unmatched"),
+        ("mv src/a.txt docs/a", "unmatched"),
+        ("mv src/secret/key src/k", "denied"),
+        ("uniq src/a.txt src/u", "allowed"),
+        ("tee docs/x", "unmatched"),
+        ("rmdir docs", "unmatched"),
+        ("truncate -s 0 docs/r.md", "unmatched"),
+    ],
+)
+def test_what_each_program_reads_and_writes(worktree, command, outcome):
+    expect(policy_of(worktree, TOOLS).judge_execute(["bash", "-c", command]), outcome)
