@@ -1203,7 +1203,7 @@ def test_a_recursive_reader_given_no_place_reads_where_it_runs(open_policy, comm
         ("find docs -name x", "allowed"),
         ("find docs -fprint src/x", "allowed"),
         ("find docs -fprint docs/x", "unmatched"),  # find's actions that write a file
-        ("find . -fprint .git/hooks/pre-commit", "protected_path"),
+        ("find docs -fprint .git/hooks/pre-commit", "protected_path"),
         ("find docs -fprint0 docs/x", "unmatched"),
         ("find docs -fprintf docs/x %p", "unmatched"),
         ("find docs -fls docs/x", "unmatched"),
