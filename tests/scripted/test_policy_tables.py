@@ -1252,3 +1252,39 @@ def test_a_recursive_reader_given_no_place_reads_where_it_runs(open_policy, comm
 )
 def test_what_each_program_reads_and_writes(worktree, command, outcome):
     expect(policy_of(worktree, TOOLS).judge_execute(["bash", "-c", command]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("command", "rule_ids", "reason"),
+    [
+        ("git -C ../x status", (), {"kind": "outside_worktree", "path": "../x", "why": "git -C names a place outside"}),
+        ("git -c x=y status", (), {"kind": "unsafe_argument", "command": "git -c x=y status",
+                                   "why": "git -c changes git's configuration, repository or programs"}),
+        ("cat src/secret/key", ("no-secret-read",), {"kind": "denied", "rule_id": "no-secret-read",
+                                                     "target": "src/secret/key", "command": "cat src/secret/key"}),
+        ("cd src && cat secret/key", ("no-secret-read",), {"kind": "denied", "rule_id": "no-secret-read",
+                                                           "target": "src/secret/key", "command": "cat secret/key"}),
+        ("ls > docs/x", (), {"kind": "unmatched", "rule_kind": "write", "target": "docs/x"}),
+        ("ls > .git/config", ("protected",), {"kind": "protected_path", "path": ".git/config"}),
+        ("rm x", (), {"kind": "unmatched", "rule_kind": "execute", "target": "rm x"}),
+        ("git -C src status", ("status", "read-all"), {"kind": "allowed"}),
+        ("git status && ls docs > src/x && cat src/a.txt", ("status", "ls", "read-all", "write-src", "cat"),
+         {"kind": "allowed"}),
+        ("ls docs; cat docs/r.md < src/a.txt", ("ls", "read-all", "cat"), {"kind": "allowed"}),
+        ("cd docs && ls", ("moves", "read-all", "ls"), {"kind": "allowed"}),
+    ],
+)  # fmt: skip
+def test_the_rule_ids_and_reason_a_transcript_records(careful, command, rule_ids, reason):
+    """Every rule that allowed some part of a script is named, in order; a refusal names what it refused and why."""
+    verdict = careful.judge_execute(["bash", "-c", command])
+    assert (verdict.rule_ids, dict(verdict.reason)) == (rule_ids, reason)
+
+
+def test_a_refused_argument_names_the_command_and_where_it_resolved(careful, worktree):
+    verdict = expect(careful.judge_execute("cat ../outside.txt"), "outside_worktree")
+    assert dict(verdict.reason) == {
+        "kind": "outside_worktree",
+        "path": "./../outside.txt",
+        "command": "cat ../outside.txt",
+        "resolved": str(worktree.parent / "outside.txt"),
+    }
