@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -176,6 +177,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--record", type=Path)
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds of requests per mutant")
     parser.add_argument("--names", type=Path, help="mutant names, one per line (default: mutmut's survivors)")
     parser.add_argument("--score", action="store_true", help="print mutmut's score per module first")
     options = parser.parse_args()
@@ -202,7 +204,10 @@ def main() -> None:
         for name in names:
             os.environ["MUTANT_UNDER_TEST"] = name
             hit = None
+            deadline = time.monotonic() + options.budget
             for index in reaches.get(name.rsplit("__mutmut_", 1)[0], ()):
+                if time.monotonic() > deadline:
+                    break
                 request, judge, before = requests[index], judges[index], original[index]
                 after = verdict_key(judge)
                 if after != before:
