@@ -1288,3 +1288,37 @@ def test_a_refused_argument_names_the_command_and_where_it_resolved(careful, wor
         "command": "cat ../outside.txt",
         "resolved": str(worktree.parent / "outside.txt"),
     }
+
+
+@pytest.mark.parametrize(
+    ("argv", "outcome"),
+    [
+        (["bash", "-c", "printf '$(id)'"], "unparseable"),  # builtins that evaluate `$(...)` in their arguments
+        (["bash", "-c", "printf '%s' '$(id)'"], "unparseable"),
+        (["bash", "-c", "test '`id`'"], "unparseable"),
+        (["bash", "-c", "/usr/bin/printf '$(id)'"], "unparseable"),
+        (["bash", "-c", "echo '$(id)'"], "allowed"),  # echo prints it as it is
+        (["bash", "-c", "ls >&123456789"], "allowed"),  # duplicates an fd
+        (["bash", "-c", "ls >&1234567890"], "unmatched"),  # a file of that name, at the root
+        (["bash", "-c", "ls 2>&1"], "allowed"),
+        (["bash", "-c", "ls 1>&-"], "allowed"),
+        (["bash", "+x", "-c", "ls"], "allowed"),
+        (["bash", "+o", "pipefail", "-c", "ls"], "allowed"),
+        (["bash", "-oc", "pipefail", "ls"], "allowed"),  # -o takes the next word, -c the one after
+        (["bash", "-co", "pipefail", "ls"], "allowed"),
+        (["bash", "-oc", "posix", "ls"], "unparseable"),
+        (["bash", "-c", "ls", "-x"], "allowed"),  # words after the script are $0, $1
+        (["bash", "-lc"], "unparseable"),
+        (["bash", "-", "x"], "unmatched"),  # runs the file x
+        (["bash", "-e"], "unparseable"),  # reads stdin
+        (["bash", "x", "-c", "ls"], "unmatched"),
+        (["sh", "-c", "ls", "sh"], "allowed"),
+        (["dash", "-c", "cd src && cat secret/key"], "denied"),
+        (["bash", "-c", "sh -c 'cd src' && cat secret/key"], "allowed"),  # a nested shell's cd stays in it
+        (["bash", "-c", "sh -c 'cd src && cat secret/key'"], "denied"),
+        (["bash", "-c", "bash -c 'ls' > docs/x"], "unmatched"),  # the wrapper's own redirection
+        (["bash", "-c", "bash -c 'ls' > src/x"], "allowed"),
+    ],
+)
+def test_shells_builtins_and_descriptors(careful, argv, outcome):
+    expect(careful.judge_execute(argv), outcome)
