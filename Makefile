@@ -34,7 +34,7 @@ soak: $(STAMP)
 # Then every surviving mutant is hunted with a corpus of requests: one refused by the original and allowed by
 # the mutant is a refusal-to-allow survivor, and the run fails.
 mutation: $(STAMP)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[mutation]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference,soak,mutation]'
 	rm -rf mutants
 	$(BIN)/mutmut run --max-children 2
 	$(BIN)/python tools/hunt_mutants.py --score
