@@ -1322,3 +1322,19 @@ def test_a_refused_argument_names_the_command_and_where_it_resolved(careful, wor
 )
 def test_shells_builtins_and_descriptors(careful, argv, outcome):
     expect(careful.judge_execute(argv), outcome)
+
+
+def test_commands_match_case_sensitively_and_hosts_do_not(worktree, careful):
+    expect(careful.judge_execute("LS src"), "unmatched")  # another program
+    expect(careful.judge_execute("Git status"), "unmatched")
+    upper = policy_of(worktree, [{"id": "api", "kind": "network", "hosts": ["API.GitHub.com"], "decision": "allow"}])
+    expect(upper.judge_tool_call({"kind": "fetch", "rawInput": {"url": "https://api.github.com/x"}}), "allowed")
+
+
+def test_a_program_that_might_write_what_it_names_never_names_a_protected_path(open_policy):
+    verdict = expect(open_policy.judge_execute("myprog .git/config"), "protected_path")
+    assert (verdict.rule_ids, dict(verdict.reason)) == (
+        ("protected",),
+        {"kind": "protected_path", "path": ".git/config", "command": "myprog .git/config"},
+    )
+    expect(open_policy.judge_execute("cat .git/config"), "allowed")  # a program known only to read it
