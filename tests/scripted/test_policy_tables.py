@@ -803,9 +803,12 @@ def policies_fixture(worktree):
 
 
 @pytest.mark.parametrize("row", _ROWS, ids=[f"{r['policy']}-{r['how']}-{i}" for i, r in enumerate(_ROWS, 1)])
-def test_each_recorded_request_gets_its_verdict(policies, row):
+def test_each_recorded_request_gets_its_verdict(policies, worktree, row):
     """policy_verdicts.jsonl: requests at the edges of what each program's table reads (most found by hunting
-    mutants), each with the verdict and, for a refusal, the reason a user reads."""
+    mutants), each with the verdict and, for a refusal, the reason a user reads. A row with `policy_rules` is
+    judged by a policy of those rules alone."""
+    if "policy_rules" in row:
+        policies = {**policies, row["policy"]: policy_of(worktree, row["policy_rules"])}
     verdict = expect(judge(policies, row["policy"], row["how"], row["request"])(), row["outcome"])
     if "why" in row:
         assert verdict.reason["why"] == row["why"]
