@@ -29,8 +29,9 @@ sys.path.insert(1, str(ROOT))
 sys.path.insert(2, str(ROOT / "tools"))
 os.environ["MUTANT_UNDER_TEST"] = ""
 
-import harness  # noqa: E402
 from hunt_mutants import _hung, verdict_key  # noqa: E402
+
+import harness  # noqa: E402
 from tests.scripted import policy_corpus  # noqa: E402
 
 
