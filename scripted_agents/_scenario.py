@@ -48,6 +48,7 @@ STEP_KINDS = frozenset(
         "write",
         "read",
         "terminal",
+        "run",
         "sleep",
         "hang",
         "crash",

