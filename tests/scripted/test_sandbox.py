@@ -1,0 +1,254 @@
+"""The OS sandbox (issue 10): what an allowed agent does stays inside the workspace.
+
+Each guarantee is tried by a hostile agent through the CLI, both directly (the agent runs the program itself,
+as Codex and Claude Code do) and through a command the policy allows (a script in the worktree the policy
+cannot see into). Every test runs the same attack with `sandbox: {mode: off}` too and asserts that it works
+there: so each test fails with the sandbox off, and the attack is known to be real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import read_transcript
+from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.testing import loop_config, make_workspace, write_yaml
+from scripted_agents.presets import scenario, turn
+
+pytestmark = LOOP_SCRIPTED
+
+CLI = str(Path(sys.executable).parent / "loop-harness")
+MODES = ["workspace-write", "off"]
+RULES = [
+    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    {"id": "no-secrets", "kind": "read", "paths": ["**/secrets/**"], "decision": "deny"},
+    {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+    {"id": "escape", "kind": "execute", "commands": ["python3 tools/escape.py"], "decision": "allow"},
+    {"id": "sleep", "kind": "execute", "commands": ["sleep *"], "decision": "allow"},
+]
+
+#: Tries every effect the sandbox bounds and prints one line per attempt ("<what>: done" or "...: blocked").
+ESCAPE = """\
+import glob, os, socket
+WRITES = {writes!r}
+def attempt(what, action):
+    try:
+        action()
+        print(what + ": done")
+    except Exception as exc:
+        print(what + ": blocked (" + type(exc).__name__ + ")")
+def append(path):
+    def action():
+        with open(path, "a") as out:
+            out.write("planted\\n")
+    return action
+for what, path in WRITES.items():
+    attempt("write " + what, append(os.path.expandvars(path)))
+attempt("connect", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=2).close())
+def read_secret():
+    if "TOPSECRET" not in open("src/secrets/key").read():
+        raise PermissionError("masked")
+attempt("read secret", read_secret)
+def kernel_seen():
+    for name in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            if {mark!r} in open(name, "rb").read().decode(errors="replace"):
+                return
+        except OSError:
+            pass
+    raise LookupError("not seen")
+attempt("see kernel", kernel_seen)
+"""
+
+
+@pytest.fixture(name="listener")
+def listener_fixture():
+    """A loopback TCP port that accepts connections: what `connect` tries to reach."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server.getsockname()[1]
+
+
+def hostile_run(tmp_path: Path, mode: str, via: str, port: int) -> tuple[subprocess.CompletedProcess, str, Path]:
+    """A run whose agent runs tools/escape.py, itself (`via="agent"`) or as an allowed terminal command."""
+    workspace = tmp_path / "ws" / "workspace"
+    config = tmp_path / "loop.yaml"
+    transcripts = tmp_path / "transcripts"
+    writes = {
+        "outside": str(tmp_path / "outside.txt"),
+        "git hook": str(workspace / ".git/hooks/pre-commit"),
+        "git config": str(workspace / ".git/config"),
+        "unruled path": str(workspace / "docs/planted.txt"),
+        "config": str(config),
+        "transcripts": str(transcripts / "planted.jsonl"),
+        "home": "$HOME/planted",
+        "tmp": "$TMPDIR/planted",
+    }
+    mark = secrets.token_hex(8)
+    script = ESCAPE.format(writes=writes, port=port, mark=mark)
+    ws = make_workspace(tmp_path / "ws", files={"tools/escape.py": script, "src/secrets/key": "TOPSECRET\n",
+                                                "docs/readme.md": "docs\n"})  # fmt: skip
+    step = (
+        {"run": {"script": "python3 tools/escape.py"}}
+        if via == "agent"
+        else {"terminal": {"command": "python3", "args": ["tools/escape.py"]}}
+    )
+    path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(step)]}))
+    write_yaml(config, loop_config(ws, path, rules=RULES, sandbox={"mode": mode}, transcripts=str(transcripts)))
+    done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KERNEL_ONLY_MARK": mark})  # fmt: skip
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    said = "\n".join(agent_messages(Path(report["transcript"])))
+    return done, said, workspace
+
+
+def agent_messages(transcript: Path) -> list[str]:
+    return [r["msg"]["params"]["update"]["content"]["text"] for r in read_transcript(transcript)
+            if r["type"] == "rpc" and r["msg"].get("method") == "session/update"
+            and r["msg"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk"]  # fmt: skip
+
+
+def outcome(said: str, what: str) -> str:
+    line = next(line for line in said.splitlines() if line.startswith(what + ": "))
+    return line.split(": ", 1)[1].split(" ")[0]
+
+
+@pytest.mark.parametrize("via", ["agent", "terminal"])
+@pytest.mark.parametrize("mode", MODES)
+def test_an_allowed_program_cannot_write_outside_its_rules_read_masks_or_see_the_kernel(tmp_path, listener, mode, via):
+    _, said, workspace = hostile_run(tmp_path, mode, via, listener)
+
+    on = mode != "off"
+    expected = "blocked" if on else "done"
+    for what in ("outside", "git hook", "git config", "unruled path", "config", "transcripts"):
+        assert outcome(said, f"write {what}") == expected, (what, said)
+    assert outcome(said, "connect") == expected, said
+    assert outcome(said, "read secret") == expected, said
+    assert outcome(said, "see kernel") == expected, said
+    assert outcome(said, "write home") == "done", said
+    if on:  # the private temp dir (outside, TMPDIR may be unset)
+        assert outcome(said, "write tmp") == "done", said
+    assert (tmp_path / "outside.txt").exists() is not on
+    assert (workspace / ".git/hooks/pre-commit").exists() is not on
+    assert ("planted" in (workspace / ".git/config").read_text()) is not on
+    assert (workspace / "docs/planted.txt").exists() is not on
+    assert ("planted" in (tmp_path / "loop.yaml").read_text()) is not on
+
+
+def test_the_transcript_records_the_sandbox_argv_and_mounts(tmp_path, listener):
+    done, _, workspace = hostile_run(tmp_path, "workspace-write", "agent", listener)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    records = read_transcript(Path(report["transcript"]))
+    sandbox = next(r for r in records if r["type"] == "sandbox")
+    assert sandbox["mode"] == "workspace-write"
+    assert sandbox["argv"][0] == sandbox["bwrap"] and "--unshare-net" in sandbox["argv"]
+    mounts = {(m["how"], m["path"]) for m in sandbox["mounts"]}
+    real = os.path.realpath(workspace)
+    assert ("rw", f"{real}/src") in mounts
+    assert ("ro", f"{real}/.git") in mounts
+    assert ("mask-dir", f"{real}/src/secrets") in mounts
+    assert ("rw", real) not in mounts  # only what write rules name is writable
+    starts = [r for r in records if r["type"] == "agent_start"]
+    assert starts[0]["argv"][: len(sandbox["argv"])] == sandbox["argv"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nothing_the_agent_started_outlives_a_killed_kernel(tmp_path, mode):
+    """SIGKILL of the kernel: no teardown runs. A `setsid` grandchild of the agent and a background terminal
+    must still die with it."""
+    tag = str(3_000_000 + secrets.randbelow(1_000_000))  # a unique `sleep` argument to find them by
+    steps = [
+        {"run": {"script": f"setsid sleep {tag}1 >/dev/null 2>&1 < /dev/null & echo started"}},
+        {"terminal": {"command": "sleep", "args": [f"{tag}2"], "wait": False}},
+        {"message": "both started"},
+        {"hang": True},
+    ]
+    ws = make_workspace(tmp_path / "ws")
+    path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(*steps)]}))
+    transcript = tmp_path / "transcripts" / "run.jsonl"
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=RULES, sandbox={"mode": mode}))
+    kernel = subprocess.Popen([CLI, "run", str(config), "--transcript", str(transcript)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while "both started" not in (transcript.read_text() if transcript.exists() else ""):
+            assert time.monotonic() < deadline and kernel.poll() is None, "the agent never started both"
+            time.sleep(0.05)
+        while len(sleepers(tag)) < 2:  # bwrap execs the terminal's sleep a moment after create answers
+            assert time.monotonic() < deadline, sleepers(tag)
+            time.sleep(0.05)
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait()
+        deadline = time.monotonic() + 5
+        while sleepers(tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = sleepers(tag)
+        assert (left == []) is (mode != "off"), left
+    finally:
+        kernel.kill()
+        kernel.wait()
+        for process in sleepers(tag):
+            process.kill()
+
+
+def sleepers(tag: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if cmdline[:1] == ["sleep"] and cmdline[-1].startswith(tag) and process.info["status"] != "zombie":
+            found.append(process)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("bwrap", "cause"),
+    [("/nonexistent/bwrap", "could not run"), ("false", "failed (1)"), ("no-such-bwrap-here", "no bwrap found")],
+)
+def test_a_sandbox_that_cannot_start_blocks_the_run_and_says_how_to_opt_out(tmp_path, bwrap, cause):
+    ws = make_workspace(tmp_path / "ws")
+    path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn({"message": "never"})]}))
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, sandbox={"mode": "workspace-write",
+                                                                               "bwrap": bwrap}))  # fmt: skip
+    done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["terminal"] == "BlockedPrecondition"
+    assert report["reason"]["check"] == "sandbox_available"
+    assert cause in report["reason"]["detail"]
+    assert "sandbox: {mode: off}" in report["reason"]["detail"]
+    assert not [r for r in read_transcript(Path(report["transcript"])) if r["type"] == "agent_start"]
+
+
+def test_read_only_mode_leaves_the_worktree_unwritable_but_home_writable(tmp_path, listener):
+    ws = make_workspace(tmp_path / "ws")
+    script = "echo x >> README.md; echo x > $HOME/h && echo home-ok"
+    path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn({"run": {"script": script}})]}))
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=RULES, sandbox={"mode": "read-only"}))
+    done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=60)
+    said = "\n".join(agent_messages(Path(json.loads(done.stdout.strip().splitlines()[-1])["transcript"])))
+    assert "README.md: Read-only file system" in said
+    assert "home-ok" in said
+    assert (ws.path / "README.md").read_text() == "A workspace for loop-harness.\n"
+
+
+def test_a_private_home_and_temp_dir_are_removed_when_the_run_ends(tmp_path, listener):
+    done, said, _ = hostile_run(tmp_path, "workspace-write", "agent", listener)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    sandbox = next(r for r in read_transcript(Path(report["transcript"])) if r["type"] == "sandbox")
+    assert outcome(said, "write home") == "done"
+    assert not Path(sandbox["home"]).exists() and not Path(sandbox["tmp"]).exists()
+
+
+ESCAPE = textwrap.dedent(ESCAPE)
