@@ -68,7 +68,7 @@ class AgentLink:
             env = self.confine(agent_environment({**self.agent.env, TOKEN_VARIABLE: self.token}))
             argv = self.agent.command
             if self.sandbox is not None:
-                argv, env = self.sandbox.wrap(argv, cwd=str(self.cwd), env=env)
+                argv, env = self.sandbox.wrap(argv, cwd=str(self.cwd), env=env, tools=True)
             self.process = await AgentProcess.spawn(argv, cwd=str(self.cwd), env=env, transcript=self.transcript,
                                                     token=self.token)  # fmt: skip
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the argv or environment

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 import time
 import traceback
@@ -32,6 +34,7 @@ from ._agent_link import VERSION, AgentLink
 from ._client import InteractiveHandler, KernelClient
 from ._completed import CompletedTasks
 from ._config import Config
+from ._egress import Egress
 from ._exceptions import ConfigError
 from ._exec import ExecHost
 from ._hostcalls import HostCalls
@@ -39,7 +42,7 @@ from ._policy import Policy
 from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state
 from ._recovery import TOKEN_VARIABLE, ActiveRuns
 from ._results import RunResult, TaskResult
-from ._sandbox import Sandbox, SandboxError, find_bwrap, plan_sandbox, sandbox_unavailable
+from ._sandbox import PROXY_PORT, Sandbox, SandboxError, find_bwrap, plan_sandbox, sandbox_unavailable
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 from ._transport import agent_environment
@@ -109,6 +112,8 @@ class Kernel:
         self._marker: Path | None = None
         self._token = ""  # carried by every process the run starts (see _recovery)
         self._run_dir: Path | None = None  # the sandbox's private HOME and temp dir live here; removed at the end
+        self._egress: Egress | None = None
+        self._tools_socket: socket.socket | None = None  # the host-tools port, bound before the agent starts
 
     @property
     def status(self) -> dict[str, Any]:
@@ -228,6 +233,8 @@ class Kernel:
         sandbox = self._plan_sandbox()
         if isinstance(sandbox, Stop):
             return sandbox
+        if sandbox is not None:
+            sandbox = await self._open_egress(sandbox, policy)
         self._client = KernelClient(
             policy=policy,
             transcript=self._transcript,
@@ -303,10 +310,30 @@ class Kernel:
             except (SandboxError, OSError) as exc:
                 cause = f"the sandbox could not be planned: {exc}"
             else:
-                self._transcript.record("sandbox", **sandbox.describe())
                 return sandbox
         return blocked("sandbox_available", f"{cause}; to run without the OS sandbox set sandbox: {{mode: off}}",
                        mode=settings.mode)  # fmt: skip
+
+    async def _open_egress(self, sandbox: Sandbox, policy: Policy) -> Sandbox:
+        """The sandbox's ways out, all through the kernel: the filtering proxy (when a network rule allows a
+        host) and the host-tools port, bound now so the agent's sandbox can relay it before the server runs."""
+        assert self._transcript is not None and self._run_dir is not None
+        self._egress = Egress(self._run_dir, policy.judge_host, self._transcript.record)
+        await self._egress.start()
+        self._tools_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._tools_socket.bind(("127.0.0.1", 0))
+        port = self._tools_socket.getsockname()[1]
+        proxy = any(r.kind == "network" and r.decision == "allow" for r in policy.rules)
+        sandbox = dataclasses.replace(sandbox, proxy=(PROXY_PORT, self._egress.proxy_socket) if proxy else None,
+                                      tools=(port, self._egress.tools_socket))  # fmt: skip
+        self._transcript.record("sandbox", **sandbox.describe())
+        return sandbox
+
+    async def _remove_run_dir(self) -> None:
+        if self._tools_socket is not None:  # never served
+            self._tools_socket.close()
+        if self._run_dir is not None:
+            await asyncio.to_thread(shutil.rmtree, self._run_dir, True)
 
     def _agent_spawned(self, pid: int) -> None:
         if self._active is not None and self._marker is not None:
@@ -360,7 +387,10 @@ class Kernel:
         tools = HostTools(self.provider, workspace=self.config.workspace, git_dir=self._git_dir,
                           base_branch=self.config.queue.base_branch, host_calls=host.call)  # fmt: skip
         self._host_tools = HostToolServer(tools, self._transcript)
-        await self._host_tools.start()
+        sock, self._tools_socket = self._tools_socket, None
+        await self._host_tools.start(sock)
+        if self._egress is not None:
+            self._egress.tools_port = self._host_tools.port
         self._transcript.record("host_tools", served=True, port=self._host_tools.port,
                                 allowlist=self.config.role.tools or "all")  # fmt: skip
 
@@ -371,7 +401,8 @@ class Kernel:
             ("terminals", self._client.exec_host.release_all() if self._client else None),
             ("host_tools", self._host_tools.stop() if self._host_tools else None),
             ("provider", self.provider.aclose()),
-            ("sandbox", _remove(self._run_dir) if self._run_dir else None),
+            ("egress", self._egress.close() if self._egress else None),
+            ("sandbox", self._remove_run_dir() if self._run_dir else None),
         ]
         for name, step in steps:
             if step is None:
@@ -584,10 +615,6 @@ def _common_dir(git_dir: Path) -> list[Path]:
         return [(git_dir / (git_dir / "commondir").read_text().strip()).resolve()]
     except OSError:
         return []
-
-
-async def _remove(directory: Path) -> None:
-    await asyncio.to_thread(shutil.rmtree, directory, True)
 
 
 def _task_prompt(prefix: str, task: Task) -> str:

@@ -61,9 +61,11 @@ class HostToolServer:
         self._manager_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
-    async def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Serve on `sock` (bound to a loopback port already: the sandbox relays that port) or a new one."""
+        if sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self._app, lifespan="off", log_config=None, log_level="warning", access_log=False,

@@ -237,6 +237,10 @@ class Policy:
 
     # --- judging, request by request -----------------------------------------------------------
 
+    def judge_host(self, host: str) -> Verdict:
+        """A connection the sandbox's proxy is asked for: the network rules on the host name alone."""
+        return _safely(self._judge, "network", [host.lower().rstrip(".")], frozenset())
+
     def judge_tool_call(self, tool_call: Mapping[str, Any]) -> Verdict:
         """Judge a `session/request_permission` by what its tool call would touch."""
         return _safely(self._judge_tool_call, tool_call)

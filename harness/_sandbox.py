@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,12 +36,16 @@ from typing import Literal
 from ._config import RuleConfig, SandboxConfig
 from ._policy import glob_matches
 
-__all__ = ["Sandbox", "SandboxError", "find_bwrap", "plan_sandbox", "sandbox_unavailable"]
+__all__ = ["PROXY_PORT", "Sandbox", "SandboxError", "find_bwrap", "plan_sandbox", "sandbox_unavailable"]
 
 Mode = Literal["workspace-write", "read-only", "off"]
 
 #: Paths a worktree may hold before masking them all is too slow to plan (the policy's own walk cap).
 _MAX_PATHS = 100_000
+#: The proxy's port inside the sandbox's own network namespace (nothing else listens there).
+PROXY_PORT = 3128
+_BRIDGE = str(Path(__file__).with_name("_netbridge.py"))
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _NAMESPACES = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net")
 
 
@@ -73,6 +78,10 @@ class Sandbox:
     tmp: str
     mounts: tuple[Mount, ...]
     empty_file: str
+    #: (loopback port inside, Unix socket outside): the kernel's filtering proxy, when network rules allow a
+    #: host, and its host-tools server (the agent only).
+    proxy: tuple[int, str] | None = None
+    tools: tuple[int, str] | None = None
     args: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -82,20 +91,33 @@ class Sandbox:
             args += mount.args(self.empty_file)
         object.__setattr__(self, "args", tuple(args))
 
-    def wrap(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-        """The command line and environment that run `argv` inside. A program that does not exist raises
-        FileNotFoundError here, as starting it outside would, rather than as a bwrap exit status."""
+    def wrap(
+        self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], tools: bool = False
+    ) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment that run `argv` inside (`tools`: with the host-tools port too).
+        A program that does not exist raises FileNotFoundError here, as starting it outside would, rather
+        than as a bwrap exit status."""
         program = argv[0] if argv else ""
         found = os.path.join(cwd, program) if "/" in program else shutil.which(program, path=env.get("PATH"))
         if not found or not os.path.exists(found):
             raise FileNotFoundError(2, "No such file or directory", program)
         inside = {**env, "HOME": self.home, "TMPDIR": self.tmp}  # the private ones, or those the config named
+        routes = [r for r in (self.proxy, self.tools if tools else None) if r is not None]
+        if self.proxy is not None:
+            url = f"http://127.0.0.1:{self.proxy[0]}"
+            inside.update({name: url for name in _PROXY_VARIABLES})
+            for name in ("NO_PROXY", "no_proxy"):  # loopback goes through the proxy too: nothing listens inside
+                inside.pop(name, None)
+        if routes:  # relay the loopback ports inside to the kernel's sockets, then run the command
+            bridge = [sys.executable, "-I", "-S", _BRIDGE, *(f"{port}={path}" for port, path in routes), "--"]
+            argv = [*bridge, *argv]
         return [self.bwrap, *self.args, "--chdir", cwd, "--", *argv], inside
 
     def describe(self) -> dict[str, object]:
         """What the transcript records at run start: the exact bwrap argv and the mounts."""
         return {"mode": self.mode, "bwrap": self.bwrap, "argv": [self.bwrap, *self.args], "home": self.home,
-                "tmp": self.tmp, "mounts": [{"how": m.how, "path": m.path} for m in self.mounts]}  # fmt: skip
+                "tmp": self.tmp, "mounts": [{"how": m.how, "path": m.path} for m in self.mounts],
+                "network": {"proxy": self.proxy, "host_tools": self.tools}}  # fmt: skip
 
 
 def find_bwrap(configured: str | None) -> str | None:

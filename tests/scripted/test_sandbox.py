@@ -8,6 +8,7 @@ there: so each test fails with the sandbox off, and the attack is known to be re
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import secrets
@@ -26,6 +27,7 @@ from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
+from tests.scripted.loopback import LoopbackServer
 
 pytestmark = LOOP_SCRIPTED
 
@@ -249,6 +251,86 @@ def test_a_private_home_and_temp_dir_are_removed_when_the_run_ends(tmp_path, lis
     sandbox = next(r for r in read_transcript(Path(report["transcript"])) if r["type"] == "sandbox")
     assert outcome(said, "write home") == "done"
     assert not Path(sandbox["home"]).exists() and not Path(sandbox["tmp"]).exists()
+
+
+#: Fetches each URL as the agent's own tools would (urllib honours HTTP_PROXY) and connects to each port
+#: directly (past any proxy); one line per attempt.
+FETCH = """\
+import socket, sys, urllib.request
+for url in sys.argv[1].split(","):
+    try:
+        body = urllib.request.urlopen(url, timeout=5).read().decode()
+        print("fetch " + url + ": done " + body)
+    except Exception as exc:
+        print("fetch " + url + ": blocked (" + str(exc)[:80] + ")")
+for port in sys.argv[2].split(","):
+    try:
+        socket.create_connection(("127.0.0.1", int(port)), timeout=2).close()
+        print("direct " + port + ": done")
+    except OSError as exc:
+        print("direct " + port + ": blocked (" + type(exc).__name__ + ")")
+"""
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"hello-from-" + self.headers["Host"].encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("via", ["agent", "terminal"])
+@pytest.mark.parametrize("mode", MODES)
+def test_commands_reach_only_the_hosts_a_network_rule_allows_through_the_proxy(tmp_path, mode, via):
+    """`localhost` is allowed, `127.0.0.1` is not: the same server, reached by its allowed name only, and
+    never directly. With the sandbox off everything connects."""
+    server = LoopbackServer(_Hello)
+    try:
+        port = server.url.rsplit(":", 1)[1]
+        urls = f"http://localhost:{port}/,http://127.0.0.1:{port}/"
+        ws = make_workspace(tmp_path / "ws", files={"tools/fetch.py": textwrap.dedent(FETCH)})
+        args = ["tools/fetch.py", urls, port]
+        step = ({"run": {"script": "python3 " + " ".join(args)}} if via == "agent"
+                else {"terminal": {"command": "python3", "args": args}})  # fmt: skip
+        rules = [*RULES, {"id": "fetch", "kind": "execute", "commands": ["python3 tools/fetch.py *"],
+                          "decision": "allow"},
+                 {"id": "local-api", "kind": "network", "hosts": ["localhost"], "decision": "allow"}]  # fmt: skip
+        path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(step)]}))
+        config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox={"mode": mode}))
+        done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120)
+    finally:
+        server.close()
+    transcript = Path(json.loads(done.stdout.strip().splitlines()[-1])["transcript"])
+    said = "\n".join(agent_messages(transcript))
+    assert outcome(said, f"fetch http://localhost:{port}/") == "done", said
+    assert f"hello-from-localhost:{port}" in said
+    on = mode != "off"
+    assert outcome(said, f"fetch http://127.0.0.1:{port}/") == ("blocked" if on else "done"), said
+    assert outcome(said, f"direct {port}") == ("blocked" if on else "done"), said
+    if on:
+        assert "403" in said
+        egress = [(r["host"], r["allowed"]) for r in read_transcript(transcript) if r["type"] == "egress"]
+        assert ("localhost", True) in egress and ("127.0.0.1", False) in egress
+
+
+def test_a_sandboxed_agent_still_reaches_the_host_tools(tmp_path):
+    """The host tools are served on the kernel's loopback; the agent's sandbox relays their port."""
+    ws = make_workspace(tmp_path / "ws")
+    mcp = {"agent": {"mcp_http": True}}
+    steps = [{"mcp_list": {}}, {"mcp_call": {"tool": "get_issue"}}]
+    path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(*steps)]}, **mcp))
+    tasks = [{"id": "T1", "title": "Add a greeting", "body": "say hi"}]
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, tasks=tasks, sandbox={"mode": "workspace-write"}))
+    done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120)
+    transcript = Path(json.loads(done.stdout.strip().splitlines()[-1])["transcript"])
+    said = "\n".join(agent_messages(transcript))
+    assert "say hi" in said, said
+    assert next(r for r in read_transcript(transcript) if r["type"] == "sandbox")["network"]["host_tools"]
 
 
 ESCAPE = textwrap.dedent(ESCAPE)
