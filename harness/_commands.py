@@ -20,6 +20,7 @@ URLs other than `file:` name no local path and are left to the network's own bou
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -35,7 +36,7 @@ _OUTPUT_OPTIONS = frozenset({"--output", "--output-file", "--outfile", "--out-fi
 _NO_FILES = frozenset({"echo", "printf", "true", "false", ":", "pwd", "sleep", "date", "whoami", "id", "uname"})
 #: Programs that write (create, change or delete) every operand.
 _WRITES_OPERANDS = frozenset({"rm", "rmdir", "unlink", "touch", "mkdir", "mkfifo", "mknod", "tee", "truncate",
-                              "shred", "mv"})  # fmt: skip
+                              "shred", "mv", "rename"})  # fmt: skip
 #: Programs whose first operand is not a path (a mode or an owner) and that write the rest.
 _WRITES_AFTER_FIRST = frozenset({"chmod", "chown", "chgrp"})
 #: Programs that write their last operand (the destination).
@@ -78,6 +79,8 @@ _EXEC_OPTIONS = {
 }  # fmt: skip
 #: Options (any program) that take the names of the files to open from a file the policy never reads.
 _NAMES_FROM_A_FILE = ("--files-from", "--files0-from", "--exclude-from", "--include-from")
+#: Programs with `--files0-from` and no other long option it could be short for.
+_FILES0_FROM = frozenset({"sort", "wc", "du"})
 #: Programs that write the names their input holds (an archive's members, a patch's files), or read their
 #: list of files from one: refused, except in the modes that only list or test.
 _WRITES_WHAT_IT_READS = {
@@ -160,6 +163,7 @@ class PathArg:
     certain: bool = False  # judged even when it neither exists nor holds a `/`
     recursive: bool = True  # a directory named here may be read whole (a read deny below it applies)
     may_write: bool = True  # the program might write it after all: a protected path is refused even as a read
+    follows_links: bool = False  # read whole following symlinks beneath (`grep -R`, `rg -L`, `zip -r`)
 
 
 @dataclass(frozen=True)
@@ -186,9 +190,9 @@ def _analyze(words: Sequence[str]) -> CommandFacts:
     args = list(words[1:])
     if program in _NO_FILES:
         return CommandFacts(shlex.join(words))  # their arguments are text (`echo done: /`), never opened
-    if program in ("cd", "pushd"):
+    if program in ("cd", "pushd") and words[0] == program:  # `/usr/bin/cd` is a program: it moves no shell
         return _cd(words)
-    if program == "popd":  # back to a directory the script was already in
+    if program == "popd" and words[0] == program:  # back to a directory the script was already in
         return CommandFacts(shlex.join(words))
     if program == "git":
         return _git(words)
@@ -203,7 +207,26 @@ def _analyze(words: Sequence[str]) -> CommandFacts:
         paths = [PathArg(p.text, p.write, p.certain, whole, p.write) for p in paths]
     if _reads_cwd_whole(program, args):  # `grep -r x`, `rg x`, `ls -R`: the directory it runs in, whole
         paths.append(PathArg(".", certain=True, may_write=False))
+    if _follows_links(program, args):
+        paths = [dataclasses.replace(p, follows_links=True) if not p.write else p for p in paths]
     return CommandFacts(shlex.join(words), tuple(paths))
+
+
+#: Options that make a recursive reader follow the symlinks it meets beneath (zip follows by default).
+_FOLLOWS_LINKS = {
+    "grep": ("-R", "--dereference-recursive"), "egrep": ("-R", "--dereference-recursive"),
+    "fgrep": ("-R", "--dereference-recursive"), "rg": ("-L", "--follow"), "tar": ("-h", "--dereference"),
+    "cp": ("-L", "--dereference"), "rsync": ("-L", "--copy-links", "-k", "--copy-dirlinks"),
+    "du": ("-L", "--dereference"), "ls": ("-L", "--dereference"), "find": ("-L", "-follow"),
+}  # fmt: skip
+
+
+def _follows_links(program: str, args: Sequence[str]) -> bool:
+    if program == "zip":
+        return not any(_names_option(a, "-y") or _names_option(a, "--symlinks") for a in args)
+    if program == "find":  # `-L` before the paths, `-follow` among the expressions
+        return "-L" in args or "-follow" in args
+    return any(_names_option(a, o) for a in args for o in _FOLLOWS_LINKS.get(program, ()))
 
 
 def _reads_cwd_whole(program: str, args: Sequence[str]) -> bool:
@@ -218,21 +241,44 @@ def _reads_cwd_whole(program: str, args: Sequence[str]) -> bool:
         operands = []
         values = iter(args)
         for arg in values:
-            if arg.startswith("--"):
-                recursive |= arg.startswith(("--recursive", "--dereference-recursive", "--directories=recurse"))
-                pattern_given |= arg.startswith(("--regexp", "--file"))
+            if arg == "--":
+                operands += list(values)
+            elif arg.startswith("--"):  # getopt_long: any unambiguous prefix (`--recur`, `--dir rec`)
+                name, eq, value = arg.partition("=")
+                known = [o for o in _GREP_LONG if o.startswith(name)]
+                option = name if name in _GREP_LONG else known[0] if len(known) == 1 else ""
+                recursive |= any(o in ("--recursive", "--dereference-recursive") for o in known)  # ambiguous too
+                if option in _GREP_LONG_VALUES and not eq:
+                    value = next(values, "")
+                pattern_given |= option in ("--regexp", "--file")
+                recursive |= option == "--directories" and bool(value) and "recurse".startswith(value)
             elif arg.startswith("-") and len(arg) > 1:
                 for index, letter in enumerate(arg[1:], start=2):  # getopt: flags, then one that takes a value
                     recursive |= letter in "rR"
                     if letter in "efmABCdD":
                         value = arg[index:] or next(values, "")
                         pattern_given |= letter in "ef"
-                        recursive |= letter == "d" and value == "recurse"
+                        recursive |= letter == "d" and bool(value) and "recurse".startswith(value)
                         break
             else:
                 operands.append(arg)
         return recursive and len(operands) <= (0 if pattern_given else 1)
     return False
+
+
+#: GNU grep's long options (3.x), for reading abbreviations as getopt_long does; those taking a value.
+_GREP_LONG_VALUES = frozenset({"--regexp", "--file", "--max-count", "--label", "--after-context",
+                               "--before-context", "--context", "--directories", "--devices", "--exclude",
+                               "--exclude-from", "--exclude-dir", "--include", "--group-separator",
+                               "--binary-files"})  # fmt: skip
+_GREP_LONG = _GREP_LONG_VALUES | {
+    "--extended-regexp", "--fixed-strings", "--basic-regexp", "--perl-regexp", "--ignore-case", "--no-ignore-case",
+    "--word-regexp", "--line-regexp", "--null-data", "--no-messages", "--invert-match", "--version", "--help",
+    "--byte-offset", "--line-number", "--no-line-number", "--line-buffered", "--with-filename", "--no-filename",
+    "--only-matching", "--quiet", "--silent", "--text", "--recursive", "--dereference-recursive",
+    "--files-without-match", "--files-with-matches", "--count", "--initial-tab", "--null", "--no-group-separator",
+    "--color", "--colour", "--binary",
+}  # fmt: skip
 
 
 def names_path(candidate: PathArg, exists: bool) -> bool:
@@ -284,13 +330,20 @@ def _git(words: Sequence[str]) -> CommandFacts:
             if _names_option(arg, option):
                 raise Refused(f"git {sub} {option} runs a program")
     paths = _generic("git-" + sub, rest)
-    paths += _option_values(rest, {"--output-directory": True, "-o": sub in ("format-patch", "archive")})
-    if sub == "bundle" and rest[:1] == ["create"] and len(rest) > 1:
-        paths.append(PathArg(rest[1], write=True, certain=True))
-    for arg in rest:  # `HEAD:src/secret/key` names a file's content in a revision
+    paths += _option_values(rest, {"--output-directory": True,
+                                   "-o": sub in ("format-patch", "archive", "mailsplit")})  # fmt: skip
+    operands = _git_operands(rest)
+    if sub == "bundle" and operands[:1] == ["create"] and len(operands) > 1:  # `create -q FILE`: the file
+        paths.append(PathArg(operands[1], write=True, certain=True))
+    if sub == "mailinfo":  # `git mailinfo MSG PATCH` writes both
+        paths += [PathArg(a, write=True, certain=True) for a in operands]
+    # `HEAD:src/secret/key`, `:src/secret/key` (the index), `:0:x`, `HEAD^{/:}:x`: a file's content by a
+    # name the policy cannot resolve to one path
+    names_content = any(":" in a and not re.search(r"\s", a) for a in operands)
+    for arg in rest:
         if ":" in arg[1:] and not arg.startswith("-"):
             paths.append(PathArg(arg.split(":", 1)[1], certain=True, may_write=False))
-    if _git_shows_contents(sub, rest) or _git_pathspec_reaches_anywhere(sub, rest):
+    if names_content or _git_shows_contents(sub, rest) or _git_pathspec_reaches_anywhere(sub, rest):
         # git shows what its object store holds for any path (a revision, a blob id, a pathspec's magic or
         # glob): it reads the whole worktree, and a read deny anywhere in it applies
         paths.append(PathArg(".", certain=True, may_write=False))
@@ -301,6 +354,20 @@ def _git(words: Sequence[str]) -> CommandFacts:
     return CommandFacts(shlex.join([words[0], *args[i:]]), tuple(dict.fromkeys(paths)), directory=directory)
 
 
+def _git_operands(rest: Sequence[str]) -> list[str]:
+    """git's operands: not options, not the value of a short option that takes one (`-m 'fix: x'`)."""
+    operands: list[str] = []
+    skip = False
+    for arg in rest:
+        if skip:
+            skip = False
+        elif arg.startswith("-") and len(arg) > 1:
+            skip = not arg.startswith("--") and bool(_ends_with_value_letter(arg, _SHORT_VALUES["git"]))
+        else:
+            operands.append(arg)
+    return operands
+
+
 def _git_shows_contents(sub: str, rest: Sequence[str]) -> bool:
     """Whether the command prints what files hold. Which files, git decides from revisions, blob ids and
     pathspecs with magic (`:(icase)`) or globs (`src/secre?/key`): so it is judged as reading them all.
@@ -308,6 +375,8 @@ def _git_shows_contents(sub: str, rest: Sequence[str]) -> bool:
     diffs (`-p`, `-U1`, `--binary`, `--remerge-diff`, ...)."""
     if sub in _GIT_CONTENT:
         return True
+    if sub in ("tag", "branch", "for-each-ref"):  # `--format=%(raw)` prints a tagged blob; `tag -n` its text
+        return any(_names_option(a, "--format") or (sub == "tag" and re.fullmatch(r"-n[0-9]*", a)) for a in rest)
     if sub in ("commit", "status", "add"):  # -v prints the staged diff; -p shows hunks to choose from
         return any(_names_option(a, o) for a in rest for o in ("-v", "--verbose", "-p", "--patch", "--interactive",
                                                                "--dry-run", "-e", "--edit"))  # fmt: skip
@@ -395,8 +464,9 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
     for option in _EXEC_OPTIONS.get(program, ()):
         if any(_names_option(a, option) for a in args):
             raise Refused(f"{program} {option} runs a program the policy cannot judge")
-    for option in _NAMES_FROM_A_FILE:  # any program: only spellings long enough to be no other option
-        if any(len(a.split("=", 1)[0]) >= 8 and option.startswith(a.split("=", 1)[0]) for a in args):
+    for option in _NAMES_FROM_A_FILE:  # any program: spellings long enough to be no other option; GNU
+        shortest = 3 if program in _FILES0_FROM else 8  # coreutils take any prefix: `sort --f=-` is it
+        if any(len(a.split("=", 1)[0]) >= shortest and option.startswith(a.split("=", 1)[0]) for a in args):
             raise Refused(f"{program} {option} opens files named in a file the policy cannot read")
     if program in _WRITES_WHAT_IT_READS and not any(a in _WRITES_WHAT_IT_READS[program] for a in args):
         raise Refused(f"{program} writes the files its input names (only listing or testing is judged)")
@@ -444,6 +514,8 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
         paths.append(_candidate(operand, write=write, certain=write))
         if write and program in ("mv", "rename") and index < len(operands) - 1:
             paths.append(_candidate(operand))  # what is moved is read too: a name that may be read next
+    if program == "zip" and operands:  # the archive, created or changed
+        paths.append(_candidate(operands[0], write=True, certain=True))
     if program == "ln" and len(operands) == 1:  # `ln TARGET` makes ./basename(TARGET)
         paths.append(_candidate(os.path.basename(operands[0].rstrip("/")) or ".", write=True, certain=True))
     writes = dict.fromkeys(_OUTPUT_OPTIONS, True)
@@ -458,6 +530,7 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
         writes.update({f"-{letter}": True for letter in letters[2]})
     if program == "tar" and not _tar_creates(args):
         writes.pop("-f", None)  # listing an archive reads it
+        paths += [PathArg(p.text, certain=True) for p in _option_values(args, {"-f": True, "--file": True})]
     paths += _option_values(args, writes)
     return list(dict.fromkeys(p for p in paths if p.text))
 
@@ -519,10 +592,9 @@ def _option_values(args: Sequence[str], options: dict[str, bool]) -> list[PathAr
 
 
 def _candidate(text: str, *, write: bool = False, certain: bool = False) -> PathArg:
-    """A path candidate; a URL names no local path unless it is a `file:` URL."""
-    if _URL.match(text):
-        if not text.lower().startswith("file://"):
-            return PathArg("")
+    """A path candidate. A `file:` URL names its path. Any other URL is judged as the local path it also
+    spells: a program that takes no URLs opens `a://b/../../.git/config` as `a:/b/../../.git/config`."""
+    if _URL.match(text) and text.lower().startswith("file://"):
         return PathArg(text[len("file://") :] or "/", write, certain=True)
     if text.lower().startswith("file:"):
         return PathArg(text[len("file:") :] or "/", write, certain=True)
@@ -542,12 +614,18 @@ def _check_tar(args: Sequence[str]) -> None:
         for option in _TAR_REFUSED:
             if _names_option(arg, option):
                 raise Refused(f"tar {option} writes or reads names the policy cannot judge")
+    spelled = [f"-{first}", *args[1:]] if first else list(args)
+    archives = _option_values(spelled, {"-f": True, "--file": True})
+    if "--force-local" not in args and any(":" in a.text.split("/", 1)[0] for a in archives):
+        raise Refused("tar -f HOST:FILE is a remote archive reached through rsh (--force-local keeps it local)")
 
 
 def _tar_creates(args: Sequence[str]) -> bool:
+    """Whether tar writes its archive: creating, adding to it, or deleting from it."""
     first = args[0] if args and not args[0].startswith("-") else ""
     return any(_names_option(a, o) for a in [f"-{first}", *args] for o in ("-c", "-r", "-u", "-A", "--create",
-                                                                             "--append", "--update"))  # fmt: skip
+                                                                             "--append", "--update", "--catenate",
+                                                                             "--concatenate", "--delete"))  # fmt: skip
 
 
 def _sed(args: Sequence[str]) -> tuple[list[str], list[str], bool]:
@@ -633,9 +711,12 @@ def _check_sed_script(script: str) -> None:
         elif ch in "aic":  # text: the rest of the line
             end = script.find("\n", i)
             i = n if end < 0 else end
-        elif ch in ":btT":  # a label: GNU sed ends it at `;` or a newline
+        elif ch in ":btT":  # a label, up to `;` or a newline; GNU sed also ends one at a blank, and reads on
             ends = [e for e in (script.find(";", i), script.find("\n", i)) if e >= 0]
-            i = min(ends) if ends else n
+            end = min(ends) if ends else n
+            if re.search(r"\s", script[i + 1 : end].lstrip(" \t")):  # `:a w .git/config` writes
+                raise Refused("sed: a label with a blank in it (sed reads a command after the blank)")
+            i = end
         elif ch in "pPdDnNgGhHxlLqQz=v":
             i += 1
         else:

@@ -230,8 +230,10 @@ class Policy:
             if not os.path.isabs(entry):
                 continue
             rel = self.resolve(entry)
-            if rel is not None and self.judge_write(os.path.join(entry, "planted")).allowed:
-                continue
+            if rel is not None and (self.judge_write(os.path.join(entry, "planted")).allowed or any(
+                _may_name_a_child(rel, p) for r in self.rules if r.kind == "write" and r.decision == "allow"
+                for p in r.patterns)):  # fmt: skip
+                continue  # `write src/git` lets it plant the `git` an allowed `git status` would run
             kept.append(entry)
         return os.pathsep.join(kept)
 
@@ -311,6 +313,9 @@ class Policy:
             if resolved is None:
                 return _refuse("outside_worktree", path=cwd, why="the command's cwd is outside the worktree")
             base = resolved
+            for rule in self.rules:  # a command runs where it could `ls`: never in a read-denied directory
+                if rule.kind == "read" and rule.decision == "deny" and _rule_matches(rule, base, whole=False):
+                    return Verdict(False, (rule.id,), {"kind": "denied", "rule_id": rule.id, "target": base})
         try:
             invocation = parse_invocation(command, args)
         except Unparseable as exc:
@@ -322,7 +327,10 @@ class Policy:
         steps = invocation.commands
         for index, step in enumerate(steps):
             if step.scope not in shells:  # a subshell or nested shell starts where its parent is now
-                parent = step.scope[:-1] if step.scope[:-1] in shells else (0,)
+                parent = step.scope[:-1]
+                while parent not in shells and len(parent) > 1:  # `( (cat x) )`: the nearest shell that ran
+                    parent = parent[:-1]
+                parent = parent if parent in shells else (0,)
                 chain, every = shells[parent]
                 if step.after != "&&":  # the shell is the parent's next command, whatever came before it
                     shells[parent] = (every, every)
@@ -401,7 +409,7 @@ class Policy:
         if not names_path(arg, os.path.lexists(os.path.join(self._root, path))):
             return Verdict(True)
         kind = "write" if arg.write else "read"
-        verdict = self._judge_argument(kind, path, approvals, recursive=arg.recursive)
+        verdict = self._judge_argument(kind, path, approvals, recursive=arg.recursive, follows=arg.follows_links)
         if verdict.allowed and arg.may_write and kind == "read":
             # a program not known to only read it could write it (`--outp=.git/config`)
             rel = self.resolve(path)
@@ -417,13 +425,15 @@ class Policy:
         *,
         recursive: bool = False,
         redirect: bool = False,
+        follows: bool = False,
     ) -> Verdict:
         """A path a command's argument or redirection names. On the interactive path the person approved
         the command as written, so its paths need only stay confined. A redirection may always reach the
         command's own standard streams; an argument may only read the devices that hold no data."""
         if (redirect and path in _STANDARD_STREAMS) or (kind == "read" and path in _DATALESS_DEVICES):
             return Verdict(True, ("builtin:dev-null",), {"kind": "allowed"})
-        return self._judge_paths(kind, [path], approvals, confine_only=self.interactive, recursive=recursive)
+        return self._judge_paths(kind, [path], approvals, confine_only=self.interactive, recursive=recursive,
+                                 follows=follows)  # fmt: skip
 
     def _places(self, cwds: Sequence[str], directory: str, *, logical: bool = False) -> list[str] | None:
         """Where `git -C DIR` (the kernel resolves it) or `cd DIR` leads from each possible cwd; None if any
@@ -488,6 +498,7 @@ class Policy:
         *,
         confine_only: bool = False,
         recursive: bool = True,
+        follows: bool = False,
     ) -> Verdict:
         relative: list[str] = []
         for path in paths:
@@ -505,7 +516,7 @@ class Policy:
         whole = recursive or kind == "write"
         beneath: list[str] = []
         for rel in relative if whole else ():
-            refusal, contents = self._contents(kind, rel)
+            refusal, contents = self._linked_contents(rel) if follows and kind == "read" else self._contents(kind, rel)
             if refusal is not None:
                 return refusal
             beneath += contents
@@ -533,6 +544,28 @@ class Policy:
                     return Verdict(False, ("protected",), {"kind": "protected_path", "path": entry, "in": relative}), []
                 found.append(entry)
             if len(found) > _MAX_CONTENTS:
+                return _refuse("too_many_files", path=relative, why=f"more than {_MAX_CONTENTS} paths to judge"), []
+        return None, found
+
+    def _linked_contents(self, relative: str) -> tuple[Verdict | None, list[str]]:
+        """A directory read whole by a reader that follows symlinks (`grep -R`, `rg -L`, `zip -r`, `find -L`):
+        every path beneath, as it is reached and where it really is. A link that leads outside refuses."""
+        real = os.path.join(self._root, relative)
+        if not os.path.isdir(real):
+            return None, []
+        found: list[str] = []
+        for top, dirs, files in os.walk(real, followlinks=True):
+            for name in (*dirs, *files):
+                entry = f"{top}/{name}"
+                if not os.path.islink(entry) and top == os.path.realpath(top):
+                    found.append(entry[len(self._root.rstrip("/")) + 1 :])
+                    continue
+                target = self.resolve(entry)
+                if target is None:
+                    why = "a symlink beneath leads outside the worktree and the reader follows it"
+                    return _refuse("outside_worktree", path=entry, resolved=os.path.realpath(entry), why=why), []
+                found += [entry[len(self._root.rstrip("/")) + 1 :], target]
+            if len(found) > _MAX_CONTENTS:  # a cycle of links ends here too
                 return _refuse("too_many_files", path=relative, why=f"more than {_MAX_CONTENTS} paths to judge"), []
         return None, found
 
@@ -661,7 +694,7 @@ def _inside(path: str, directory: str) -> bool:
 
 def _holds(directory: str, pattern: str) -> bool:
     """`directory` is an ancestor of everything `pattern` can match (its literal leading part)."""
-    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0].rstrip("/")
+    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]  # `src/pkg/*.py` holds `src/pkg` itself
     return directory == "." or (bool(literal) and literal.startswith(directory + "/"))
 
 
@@ -674,6 +707,21 @@ def _may_hold(directory: str, pattern: str) -> bool:
         if want != have:
             return False
     return True
+
+
+def _may_name_a_child(directory: str, pattern: str) -> bool:
+    """Whether `pattern` can match a name directly inside `directory` (`src/git`, `src/*` and `**` can for
+    `src`; `docs/*` cannot)."""
+    want = pattern.split("/")
+    have = [] if directory == "." else directory.split("/")
+    for index, segment in enumerate(have):
+        if index >= len(want):
+            return False
+        if "**" in want[index]:
+            return True
+        if not glob_matches(want[index], segment):
+            return False
+    return len(want) > len(have)
 
 
 def _hard_linked(real: str) -> bool:

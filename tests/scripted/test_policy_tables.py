@@ -715,7 +715,7 @@ def test_a_terminal_sets_only_harmless_variables(careful, env, outcome):
         ("ls src", [], "docs", ("SHELL", "-c", "ls src"), "docs"),
         ("ls", ["src && git push origin x"], None, ("ls", "src && git push origin x"), "."),  # one argument
         ("ls", ["-la"], "src/..", ("ls", "-la"), "."),
-        ("ls", ["-la"], "src/keylink/..", ("ls", "-la"), "src/secret"),  # where the link really leads
+        ("ls", ["-la"], "src/gitlink/../docs", ("ls", "-la"), "docs"),  # where the link really leads
     ],
 )
 def test_a_terminal_runs_exactly_what_was_judged(careful, worktree, command, args, cwd, argv, workdir):
@@ -1138,11 +1138,11 @@ def test_a_nested_repository_is_named_in_the_refusal(own_worktree):
         ("grep -r x", "denied"),  # a recursive reader with no directory reads where it runs, .env and all
         ("egrep -r x", "denied"),
         ("fgrep -r x", "denied"),
-        ("grep -R x", "denied"),
+        ("grep -R x", "outside_worktree"),  # following src/out
         ("grep -rn x", "denied"),
         ("grep -nr x", "denied"),
         ("grep --recursive x", "denied"),
-        ("grep --dereference-recursive x", "denied"),
+        ("grep --dereference-recursive x", "outside_worktree"),
         ("grep --directories=recurse x", "denied"),
         ("grep -d recurse x", "denied"),
         ("grep -drecurse x", "denied"),
@@ -1341,3 +1341,13 @@ def test_a_program_that_might_write_what_it_names_never_names_a_protected_path(o
         {"kind": "protected_path", "path": ".git/config", "command": "myprog .git/config"},
     )
     expect(open_policy.judge_execute("cat .git/config"), "allowed")  # a program known only to read it
+
+
+def test_a_worktree_directory_on_path_is_dropped_when_a_write_rule_can_name_a_program_in_it(worktree):
+    """`write src/git` lets the agent plant the `git` an allowed `git status` runs: `src` leaves PATH. A write
+    rule that names nothing directly inside a directory keeps it."""
+    planted = policy_of(worktree, [{"id": "git-file", "kind": "write", "paths": ["src/git"], "decision": "allow"}])
+    elsewhere = policy_of(worktree, [{"id": "docs", "kind": "write", "paths": ["docs/*"], "decision": "allow"}])
+    path = os.pathsep.join([str(worktree / "src"), "/usr/bin"])
+    assert planted.search_path(path) == "/usr/bin"
+    assert elsewhere.search_path(path) == path
