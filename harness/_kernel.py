@@ -32,6 +32,7 @@ import pygit2
 
 from ._agent_link import VERSION, AgentLink
 from ._client import InteractiveHandler, KernelClient
+from ._commit import commit_task
 from ._completed import CompletedTasks
 from ._config import Config
 from ._egress import Egress
@@ -458,6 +459,9 @@ class Kernel:
             tasks.append(result)
             if result.terminal is not Terminal.COMPLETED:
                 return Stop(result.terminal, result.reason)
+            if self.config.commit is not None:  # the kernel owns git: commit (and push) what the task did
+                committed = await commit_task(self.config.workspace, self.config.commit, task.id, task.title)
+                self._transcript_record("commit", task=task.id, **committed)
             completed.add(task.id)  # skipped from now on, even if the host cannot mark it done
             if store is not None:
                 try:

@@ -175,9 +175,29 @@ def plan_sandbox(
     if config.mode == "workspace-write":
         mounts += [Mount("rw", p) for p in _writable_roots(root, rules)]
     walked = _walk(root, rules, protected_globs)
-    mounts += [Mount("ro", p) for p in sorted({*walked.read_only, *_existing(git_dirs), *_existing(protected_files)})]
+    read_only = {*walked.read_only, *_existing(git_dirs), *_existing(protected_files)}
+    own_git = [d for d in {os.path.join(root, ".git"), *_existing(git_dirs)} if os.path.isdir(d)]
+    if config.git_writable and config.mode == "workspace-write":
+        read_only -= set(own_git)
+        mounts += [Mount("rw", d) for d in sorted(own_git)]
+        read_only |= set(_git_config_paths(own_git))
+    mounts += [Mount("ro", p) for p in sorted(read_only)]
     mounts += walked.masks
     return Sandbox(config.mode, bwrap, home, tmp, tuple(mounts), str(empty))
+
+
+def _git_config_paths(git_dirs: Sequence[str]) -> list[str]:
+    """What stays read-only in a writable `.git`: what makes git run programs or read objects from elsewhere
+    (config, hooks, info, alternates). Missing directories are made first, so none can be planted."""
+    paths: list[str] = []
+    for git_dir in git_dirs:
+        for name in ("hooks", "info", "objects/info"):
+            os.makedirs(os.path.join(git_dir, name), exist_ok=True)
+            paths.append(os.path.join(git_dir, name))
+        for name in ("config", "config.worktree", "commondir", "gitdir"):
+            if os.path.exists(os.path.join(git_dir, name)):
+                paths.append(os.path.join(git_dir, name))
+    return paths
 
 
 def _private(named: str | Path | None, default: Path) -> str:

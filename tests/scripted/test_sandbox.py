@@ -25,7 +25,7 @@ import pytest
 
 from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
-from harness.testing import loop_config, make_workspace, write_yaml
+from harness.testing import DEFAULT_RULES, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 from tests.scripted.loopback import LoopbackServer
 
@@ -334,3 +334,82 @@ def test_a_sandboxed_agent_still_reaches_the_host_tools(tmp_path):
 
 
 ESCAPE = textwrap.dedent(ESCAPE)
+
+
+def commit_run(tmp_path: Path, sandbox: dict, workspace_commit: dict | None) -> tuple[dict, str, object]:
+    """Two tasks; each writes a file, then tries to commit and push it itself (as a careful agent would)."""
+    from scripted_agents.presets import commit_step, write_turn
+
+    ws = make_workspace(tmp_path / "ws")
+    turns = {task: [turn(*write_turn(f"src/{task}.txt", f"{task}\n")["steps"], commit_step(task))]
+             for task in ("T1", "T2")}  # fmt: skip
+    path = write_yaml(tmp_path / "scenario.yaml", scenario(turns))
+    tasks = [{"id": "T1", "title": "One"}, {"id": "T2", "title": "Two"}]
+    config = loop_config(ws, path, rules=DEFAULT_RULES, tasks=tasks, sandbox=sandbox)
+    if workspace_commit is not None:
+        config["workspace"] = {"path": config["workspace"], "commit": workspace_commit}
+    done = subprocess.run([CLI, "run", str(write_yaml(tmp_path / "loop.yaml", config)), "--json"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return report, "\n".join(agent_messages(Path(report["transcript"]))), ws
+
+
+def test_under_a_read_only_git_the_kernel_commits_and_pushes_each_completed_task(tmp_path):
+    report, said, ws = commit_run(tmp_path, {"mode": "workspace-write"}, {"message": "{id}: {title}"})
+
+    assert report["terminal"] == "Idle", report
+    assert "Read-only file system" in said  # the agent's own `git commit` failed cleanly
+    assert ws.pushed_log()[:2] == ["T2: Two", "T1: One"]
+    assert ws.git("status", "--porcelain") == ""
+    assert ws.git("fsck", "--no-progress") == ""
+    assert not (ws.path / ".git" / "index.lock").exists()
+    commits = [r for r in read_transcript(Path(report["transcript"])) if r["type"] == "commit"]
+    assert [(c["task"], c["committed"], c["pushed"]) for c in commits] == [("T1", True, True), ("T2", True, True)]
+
+
+def test_without_the_commit_step_a_read_only_git_stops_the_queue_after_the_first_task(tmp_path):
+    report, said, _ = commit_run(tmp_path, {"mode": "workspace-write"}, None)
+    assert report["terminal"] == "BlockedPrecondition"
+    assert report["reason"]["check"] == "git_clean_tree"
+    assert "Read-only file system" in said
+
+
+def test_git_writable_lets_the_agent_commit_but_never_touch_hooks_or_config(tmp_path):
+    """The agent's own commits stand; the kernel only pushes them (the upstream is outside the sandbox)."""
+    report, said, ws = commit_run(tmp_path, {"mode": "workspace-write", "git_writable": True}, {"message": "-"})
+    assert report["terminal"] == "Idle", (report, said)
+    assert ws.pushed_log()[:2] == ["T2", "T1"]
+    sandbox = next(r for r in read_transcript(Path(report["transcript"])) if r["type"] == "sandbox")
+    real = os.path.realpath(ws.path)
+    mounts = {(m["how"], m["path"]) for m in sandbox["mounts"]}
+    assert {("rw", f"{real}/.git"), ("ro", f"{real}/.git/hooks"), ("ro", f"{real}/.git/config")} <= mounts
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "words"),
+    [
+        ({"commit": {"push": True}}, "commit", "workspace.commit"),
+        ({"workspace": {"commit": {}}}, "workspace", "`path`"),
+        ({"workspace": {"path": ".", "commit": {"message": "{task}"}}}, "commit.message", "{id} and {title}"),
+        ({"workspace": {"path": ".", "commit": {"author": "nobody"}}}, "commit.author", "pattern"),
+        ({"sandbox": {"mode": "danger-full-access"}}, "sandbox.mode", "workspace-write"),
+        ({"sandbox": {"network": True}}, "sandbox.network", "Extra inputs"),
+    ],
+)
+def test_a_bad_sandbox_or_commit_setting_names_its_key(tmp_path, changes, key, words):
+    from harness import ConfigError
+    from harness._config import parse_config
+
+    data = {"workspace": str(tmp_path), "agent": {"command": ["x"]}, **changes}
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data, base_dir=tmp_path)
+    assert raised.value.key == key and words in str(raised.value), raised.value
+
+
+def test_workspace_as_a_mapping_keeps_its_path_and_turns_the_commit_step_on(tmp_path):
+    from harness._config import parse_config
+
+    config = parse_config({"workspace": {"path": ".", "commit": None}, "agent": {"command": ["x"]}}, base_dir=tmp_path)
+    assert config.workspace == tmp_path and config.commit is not None and config.commit.push is True
+    plain = parse_config({"workspace": ".", "agent": {"command": ["x"]}}, base_dir=tmp_path)
+    assert plain.commit is None and plain.sandbox.mode == "off"
