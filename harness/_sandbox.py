@@ -35,6 +35,7 @@ from typing import Literal
 
 from ._config import RuleConfig, SandboxConfig
 from ._policy import glob_matches
+from .models._resolve import model_cache_dir
 
 __all__ = ["PROXY_PORT", "Sandbox", "SandboxError", "find_bwrap", "plan_sandbox", "sandbox_unavailable"]
 
@@ -82,6 +83,7 @@ class Sandbox:
     #: host, and its host-tools server (the agent only).
     proxy: tuple[int, str] | None = None
     tools: tuple[int, str] | None = None
+    model_cache: str = field(default_factory=lambda: str(model_cache_dir()))
     args: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -102,6 +104,8 @@ class Sandbox:
         if not found or not os.path.exists(found):
             raise FileNotFoundError(2, "No such file or directory", program)
         inside = {**env, "HOME": self.home, "TMPDIR": self.tmp}  # the private ones, or those the config named
+        # pinned models stay where the kernel's HOME keeps them (read-only inside): nothing fetches in here
+        inside.setdefault("LOOP_HARNESS_MODEL_CACHE", self.model_cache)
         routes = [r for r in (self.proxy, self.tools if tools else None) if r is not None]
         if self.proxy is not None:
             url = f"http://127.0.0.1:{self.proxy[0]}"

@@ -137,12 +137,14 @@ def loop_config(
     supports_permission_requests: bool = True,
     queue: Mapping[str, Any] | None = None,
     limits: Mapping[str, Any] | None = None,
+    commit: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """A run config as a dict: the scripted agent on `scenario`, the given tasks and rules."""
+    """A run config as a dict: the scripted agent on `scenario`, the given tasks and rules; `commit` turns
+    on the kernel's commit after each completed task (`workspace.commit`)."""
     path = workspace.path if isinstance(workspace, Workspace) else workspace
     return {
-        "workspace": str(path),
+        "workspace": str(path) if commit is None else {"path": str(path), "commit": dict(commit)},
         "agent": {
             "command": scripted_agent_command(scenario),
             "supports_permission_requests": supports_permission_requests,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import tracemalloc
@@ -11,7 +12,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["MISSING", "Counters", "Sample", "SampleTable", "kernel_counters", "take_sample"]
+__all__ = ["MISSING", "Counters", "Sample", "SampleTable", "agent_tree", "kernel_counters", "take_sample"]
 
 
 @dataclass(frozen=True)
@@ -100,14 +101,29 @@ def take_sample(task: int, started: float, agent: psutil.Process | None, transcr
     counters = kernel_counters(me)
     agent_rss = agent_fds = agent_threads = None
     if agent is not None:
-        try:
-            with agent.oneshot():
-                agent_rss, agent_fds, agent_threads = agent.memory_info().rss, agent.num_fds(), agent.num_threads()
-        except psutil.NoSuchProcess:
-            pass
+        with contextlib.suppress(psutil.NoSuchProcess):
+            agent_rss, agent_fds, agent_threads = agent_tree(agent)
     traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
     return (task, time.monotonic() - started, memory.rss, memory.uss, counters.fds, counters.threads,
             counters.children, traced, agent_rss, agent_fds, agent_threads, transcript_bytes)  # fmt: skip
+
+
+def agent_tree(agent: psutil.Process) -> tuple[int, int, int]:
+    """RSS, fds and threads of the agent with everything below it: under the OS sandbox the kernel starts
+    bwrap, which starts the agent (and a network bridge) in a pid namespace of its own."""
+    rss = fds = threads = 0
+    for process in (agent, *agent.children(recursive=True)):
+        try:
+            with process.oneshot():
+                rss, fds, threads = (
+                    rss + process.memory_info().rss,
+                    fds + process.num_fds(),
+                    threads + process.num_threads(),
+                )
+        except psutil.NoSuchProcess:
+            if process is agent:
+                raise
+    return rss, fds, threads
 
 
 def _live_children(process: psutil.Process) -> list[psutil.Process]:

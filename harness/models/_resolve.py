@@ -61,6 +61,9 @@ def resolve_model(name: str | None = None, *, lock: ModelLock | None = None, cac
     """The verified local file of a pinned model, fetching it if the cache does not have it."""
     entry = (lock or ModelLock.load()).get(name)
     target = cached_path(entry, cache_dir)
+    if target.exists():  # only ever put in place whole (os.replace): reading needs no lock, nor a writable cache
+        _check(target, entry, source="the cache")
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target.parent / ".lock"), timeout=LOCK_TIMEOUT_S):
         if target.exists():

@@ -244,7 +244,8 @@ def child_pid(result):
 def test_a_crash_with_a_grandchild_holding_the_pipes(scripted_scenario, harness_config, run_loop):
     # The agent dies but its child keeps stdout open: no EOF ever comes.
     crash = turn({"spawn_child": {"seconds": 300}}, {"crash": {"exit_code": 5, "stderr": "gone\n"}})
-    result = run_one(scripted_scenario, harness_config, run_loop, crash)
+    # the child's pid as the agent sees it is the host's only without the sandbox's pid namespace
+    result = run_one(scripted_scenario, harness_config, run_loop, crash, sandbox={"mode": "off"})
 
     assert result.terminal is Terminal.FAILED
     assert (result.reason["kind"], result.reason["exit_status"]) == ("agent_exited", 5)
@@ -254,7 +255,12 @@ def test_a_crash_with_a_grandchild_holding_the_pipes(scripted_scenario, harness_
 def test_a_killed_agent_takes_its_children_with_it(scripted_scenario, harness_config, run_loop):
     stuck = turn({"spawn_child": {"seconds": 300}}, {"hang": True}, ignore_cancel=True)
     result = run_one(
-        scripted_scenario, harness_config, run_loop, stuck, limits={"turn_timeout_s": 0.5, "cancel_grace_s": 0.2}
+        scripted_scenario,
+        harness_config,
+        run_loop,
+        stuck,
+        limits={"turn_timeout_s": 0.5, "cancel_grace_s": 0.2},
+        sandbox={"mode": "off"},  # pids as the agent reports them: the host's without a pid namespace
     )
     assert result.reason["killed"] is True
     assert not alive(child_pid(result))

@@ -44,8 +44,14 @@ def test_the_demo_runs_as_the_readme_says(tmp_path):
     assert report["terminal"] == "Idle"
     assert report["reason"] == {"kind": "queue_empty", "completed": 2}
     assert [(t["id"], t["terminal"]) for t in report["tasks"]] == [("T1", "Completed"), ("T2", "Completed")]
-    assert report["tasks"][0]["rule_ids"] == ["write-src", "read-all", "git"]
+    assert report["tasks"][0]["rule_ids"] == ["write-src", "read-all"]
     assert report["tasks"][1]["iterations"] == 2  # T2 first answers without a tool call
+    demo = tmp_path / ".demo"
+    pushed = subprocess.run(["git", "log", "--format=%s", "-2", "main"], cwd=demo / "origin.git", text=True,
+                            capture_output=True, check=True).stdout.split("\n")[:2]  # fmt: skip
+    assert pushed == ["T2: Add a farewell", "T1: Add a greeting"]  # the kernel committed each task
+    records = read_transcript(Path(report["transcript"]))
+    assert next(r for r in records if r["type"] == "sandbox")["mode"] == "workspace-write"
     assert "→ T1: Add a greeting" in done.stderr
     read_transcript(Path(report["transcript"]))
 
@@ -162,7 +168,7 @@ def test_a_run_whose_kernel_was_killed_ends_failed_restarted(scripted_scenario, 
 
     steps = [{"spawn_child": {"seconds": 300}}, {"message": "still busy"}, {"hang": True}]
     busy = scripted_scenario(scenario({"T1": [turn(*steps)]}), name="busy.yaml")
-    config = harness_config(busy, name="busy-loop.yaml")
+    config = harness_config(busy, name="busy-loop.yaml", sandbox={"mode": "off"})  # what recovery cleans up
     first = tmp_path / "transcripts" / "first.jsonl"
     process = subprocess.Popen([CLI, "run", str(config), "--transcript", str(first)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip

@@ -21,6 +21,19 @@ from scripted_agents.presets import scenario, turn, write_turn
 
 pytestmark = LOOP_SCRIPTED
 
+
+@pytest.fixture(name="harness_config")
+def unsandboxed_config(harness_config):
+    """Crash safety of runs without the OS sandbox: what a killed kernel leaves behind and recovery ends.
+    With the sandbox on, its pid namespace ends everything at once (tests/scripted/test_sandbox.py)."""
+
+    def write(*args, **options):
+        options.setdefault("sandbox", {"mode": "off"})
+        return harness_config(*args, **options)
+
+    return write
+
+
 CLI = str(Path(sys.executable).parent / "loop-harness")
 
 

@@ -66,7 +66,7 @@ def test_a_completed_id_is_skipped_when_the_host_cannot_close_it(scripted_scenar
         )
     )
     queue = {"faults": [{"op": "mark_done", "signal": "rejected", "task": "T1", "times": 99, "cause": "403 forbidden"}]}
-    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], queue=queue))
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], queue=queue, commit={"message": "{id}"}))
 
     assert result.terminal is Terminal.IDLE
     assert [t.id for t in result.tasks] == ["T1", "T2"]  # T1 stays listed, yet runs once
@@ -147,7 +147,9 @@ def test_each_task_gets_its_own_session_on_one_agent_process(scripted_scenario, 
             }
         )
     )
-    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}, {"id": "T3"}]))
+    result = run_loop(
+        harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}, {"id": "T3"}], commit={"message": "{id}"})
+    )
 
     records = read_transcript(result.transcript)
     assert len([r for r in records if r["type"] == "agent_start"]) == 1
@@ -210,9 +212,9 @@ def test_usage_reported_only_by_usage_update_reaches_the_task_result(scripted_sc
     # Codex's adapter answers session/prompt without usage and reports context tokens by usage_update.
     t1 = write_turn("src/a.txt", "a\n", commit="T1")
     t1["steps"].insert(0, {"usage": {"used": 1200, "size": 8192}})
-    t1["steps"].append({"usage": {"used": 1800, "size": 8192}})
+    t1["steps"].insert(-1, {"usage": {"used": 1800, "size": 8192}})  # before its commit (read-only: it ends the turn)
     path = scripted_scenario(scenario({"T1": [t1], "T2": [write_turn("src/b.txt", "b\n", commit="T2")]}))
-    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]))
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], commit={"message": "{id}"}))
 
     assert result.terminal is Terminal.IDLE
     assert result.tasks[0].tokens == {"used": 1800, "size": 8192}  # the last one reported

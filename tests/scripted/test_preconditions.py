@@ -132,12 +132,18 @@ def test_unpushed_commit_left_by_a_task_stops_the_next_one(scripted_scenario, ha
     path = scripted_scenario(
         scenario(
             {
-                "T1": [turn({"terminal": {"command": "git", "args": ["rm", "-q", "README.md"]}}, commit_only)],
+                "T1": [
+                    turn(
+                        *write_turn("src/a.txt", "a\n")["steps"],
+                        {"terminal": {"command": "git", "args": ["add", "src/a.txt"]}},
+                        commit_only,
+                    )
+                ],
                 "T2": [write_turn("src/b.txt", "b\n", commit="T2")],
             }
         )
     )
-    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]))
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], sandbox={"git_writable": True}))
 
     assert result.terminal is Terminal.BLOCKED_PRECONDITION
     assert result.reason["check"] == "git_unpushed_commits"

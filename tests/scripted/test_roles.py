@@ -83,7 +83,9 @@ def test_proposal_opened_meets_the_termination(scripted_scenario, harness_config
     propose = {"mcp_call": {"tool": "open_proposal", "arguments": {"title": "Add a greeting", "body": "as asked"}}}
     steps = [{"read": {"path": "README.md"}}, *task_branch("task-T1"), propose]
     path = scripted_scenario(scenario({None: [turn(*steps)]}, **MCP_AGENT))
-    config = harness_config(path, role={"termination": "ProposalOpened"})
+    config = harness_config(
+        path, role={"termination": "ProposalOpened"}, sandbox={"mode": "off"}
+    )  # it pushes a branch itself
 
     result, host = run_with_provider(run_loop, config)
 
@@ -117,7 +119,9 @@ def test_a_permission_request_for_an_allowed_host_tool_is_answered_by_the_allowl
     path = scripted_scenario(
         scenario({None: [turn(*task_branch("task-T1"), ask("open_proposal"), propose)]}, **MCP_AGENT)
     )
-    result, host = run_with_provider(run_loop, harness_config(path, role={"termination": "ProposalOpened"}))
+    result, host = run_with_provider(
+        run_loop, harness_config(path, role={"termination": "ProposalOpened"}, sandbox={"mode": "off"})
+    )  # its agent pushes a branch itself: the upstream is outside any sandbox
 
     assert result.terminal is Terminal.IDLE, result.reason
     assert result.tasks[0].rule_ids == ["git", "builtin:host-tool"]

@@ -29,13 +29,13 @@ def test_idle_after_draining_the_queue(scripted_scenario, harness_config, run_lo
             }
         )
     )
-    result = run_loop(harness_config(path, tasks=TWO_TASKS))
+    result = run_loop(harness_config(path, tasks=TWO_TASKS, commit={"message": "{id}: {title}"}))  # .git: read-only
 
     assert result.terminal is Terminal.IDLE
     assert result.reason == {"kind": "queue_empty", "completed": 2}
     assert [(t.id, t.terminal) for t in result.tasks] == [("T1", Terminal.COMPLETED), ("T2", Terminal.COMPLETED)]
     assert result.tasks[0].rule_ids == ["write-src", "read-all", "git"]
-    assert harness_workspace.pushed_log()[:2] == ["T2: farewell", "T1: greeting"]
+    assert harness_workspace.pushed_log()[:2] == ["T2: Add a farewell", "T1: Add a greeting"]  # the kernel's
 
 
 def test_completed_for_a_single_task_run(scripted_scenario, harness_config, run_loop, harness_workspace):
