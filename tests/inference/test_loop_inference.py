@@ -142,6 +142,10 @@ VOLATILE = {
     "argv",
     "transcript",
     "config",
+    "mounts",  # the sandbox's per-run paths: its private HOME and temp dir, the config file
+    "home",
+    "tmp",
+    "network",
 }
 
 
