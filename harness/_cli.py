@@ -1,7 +1,7 @@
 """`loop-harness`: the command line, a thin shell over the library.
 
     loop-harness run CONFIG.yaml [--json] [--task ID | --prompt TEXT] [--transcript PATH]
-    loop-harness bench kernel [--tasks N]
+    loop-harness bench kernel [--tasks N] [--sandbox]
 
 Exit status of `run`: 0 when the run ends `Idle` or `Completed`, 1 for any
 other terminal, 2 for a config that cannot be used (the message names the key).
@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
 
             rounds = args.rounds or 5
             return bench_inference(tasks=args.tasks or 3, threads=args.threads, rounds=rounds, as_json=args.json)
+        if args.sandbox:
+            from ._bench_sandbox import bench_sandbox
+
+            return bench_sandbox(tasks=args.tasks or 300, rounds=args.rounds or 3, as_json=args.json)
         from ._bench import bench_kernel
 
         return bench_kernel(tasks=args.tasks or 300, rounds=args.rounds or 3, as_json=args.json)
@@ -123,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=int, default=2, help="inference: CPU threads (default 2)")
     bench.add_argument("--rounds", type=int, help="rounds; medians are reported (default: kernel 3, inference 5)")
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
+    bench.add_argument("--sandbox", action="store_true", help="kernel: the OS sandbox on vs off, and a terminal's cost")
     return parser
 
 

@@ -554,7 +554,11 @@ class Policy:
         if not os.path.isdir(real):
             return None, []
         found: list[str] = []
+        seen = {os.path.realpath(real)}
         for top, dirs, files in os.walk(real, followlinks=True):
+            # a directory reached twice (a link back up, `a/loop -> ..`) is walked once
+            dirs[:] = [d for d in dirs if os.path.realpath(f"{top}/{d}") not in seen]
+            seen.update(os.path.realpath(f"{top}/{d}") for d in dirs)
             for name in (*dirs, *files):
                 entry = f"{top}/{name}"
                 if not os.path.islink(entry) and top == os.path.realpath(top):
@@ -721,7 +725,8 @@ def _may_name_a_child(directory: str, pattern: str) -> bool:
             return True
         if not glob_matches(want[index], segment):
             return False
-    return len(want) > len(have)
+    rest = want[len(have) :]
+    return len(rest) == 1 or any("**" in w for w in rest)
 
 
 def _hard_linked(real: str) -> bool:

@@ -42,6 +42,11 @@ def careful_fixture(worktree):
     return policy_of(worktree, CAREFUL)
 
 
+@pytest.fixture(name="tools", scope="module")
+def tools_fixture(worktree):
+    return policy_of(worktree, TOOLS)
+
+
 @pytest.fixture(name="open_policy", scope="module")
 def open_policy_fixture(worktree):
     return policy_of(worktree, OPEN)
@@ -1351,3 +1356,149 @@ def test_a_worktree_directory_on_path_is_dropped_when_a_write_rule_can_name_a_pr
     path = os.pathsep.join([str(worktree / "src"), "/usr/bin"])
     assert planted.search_path(path) == "/usr/bin"
     assert elsewhere.search_path(path) == path
+
+
+# --- the fourth review: readers that follow links, tar archives, git operands, PATH --------------------
+
+_EVERYTHING = [{"id": "run-all", "kind": "execute", "commands": ["*"], "decision": "allow"},
+               {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+               {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "allow"}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("grep -R x src", "outside_worktree"),  # src/out leads outside, and these follow it
+        ("grep --dereference-recursive x src", "outside_worktree"),
+        ("grep --deref x src", "outside_worktree"),
+        ("egrep -R x src", "outside_worktree"),
+        ("fgrep -rR x src", "outside_worktree"),
+        ("rg -L x src", "outside_worktree"),
+        ("rg --follow x src", "outside_worktree"),
+        ("tar -chf docs/t.tar src", "outside_worktree"),
+        ("tar --dereference -cf docs/t.tar src", "outside_worktree"),
+        ("cp -rL src docs/c", "outside_worktree"),
+        ("cp -r --dereference src docs/c", "outside_worktree"),
+        ("rsync -aL src docs", "outside_worktree"),
+        ("rsync -ak src docs", "outside_worktree"),
+        ("rsync -a --copy-links src docs", "outside_worktree"),
+        ("rsync -a --copy-dirlinks src docs", "outside_worktree"),
+        ("du -L src", "outside_worktree"),
+        ("du --dereference src", "outside_worktree"),
+        ("ls -RL src", "outside_worktree"),
+        ("find -L src", "outside_worktree"),
+        ("find src -follow", "outside_worktree"),
+        ("zip -r docs/z.zip src", "outside_worktree"),  # zip follows links unless -y
+        ("zip -ry docs/z.zip src", "allowed"),
+        ("zip -r --symlinks docs/z.zip src", "allowed"),
+        ("grep -r x src", "allowed"),  # not following: a link beneath is not read through
+        ("rg x src", "allowed"),
+        ("tar -cf docs/t.tar src", "allowed"),
+        ("cp -r src docs/c", "allowed"),
+        ("rsync -a src docs", "allowed"),
+        ("du src", "allowed"),
+        ("ls -R src", "allowed"),
+        ("find src", "allowed"),
+        ("grep -R x docs", "allowed"),  # no link beneath
+        ("grep -R x src/a.txt", "allowed"),
+    ],
+)
+def test_a_reader_that_follows_links_is_judged_where_they_lead(worktree, command, outcome):
+    policy = policy_of(worktree, _EVERYTHING)
+    expect(policy.judge_execute(["bash", "-c", command]), outcome)
+
+
+def test_a_followed_link_is_judged_by_the_deny_rules_of_where_it_leads(tmp_path):
+    root = tmp_path / "wt"
+    for directory in ("a", "s", ".git"):
+        (root / directory).mkdir(parents=True)
+    (root / "s" / "key").write_text("k\n")
+    (root / "b").mkdir()
+    os.symlink("../s/key", root / "a" / "k")  # a file in the denied place
+    os.symlink("../s", root / "b" / "d")  # the denied place itself
+    os.symlink("..", root / "b" / "loop")  # a cycle: walked once
+    deny = [*_EVERYTHING, {"id": "no-s", "kind": "read", "paths": ["s/**"], "decision": "deny"}]
+    policy = policy_of(root, deny)
+    for command, outcome in [("grep -R x a", "denied"), ("grep -r x a", "allowed"), ("grep -R x b", "denied"),
+                             ("rg -L x b", "denied"), ("rg x b", "allowed")]:  # fmt: skip
+        verdict = expect(policy.judge_execute(["bash", "-c", command]), outcome)
+        if outcome == "denied":
+            assert verdict.rule_ids == ("no-s",), command
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("tar -cf h:x src/a.txt", "unsafe_argument"),  # HOST:FILE: a remote archive through rsh
+        ("tar -c -f h:x src/a.txt", "unsafe_argument"),
+        ("tar cf h:x src/a.txt", "unsafe_argument"),
+        ("tar -tf h:x", "unsafe_argument"),
+        ("tar --create --file h:x src/a.txt", "unsafe_argument"),
+        ("tar -cf src/h:x src/a.txt", "allowed"),  # a colon after a slash is a local name
+        ("tar -cf src/h:x --force-local src/a.txt", "allowed"),
+        ("tar --delete -f docs/x.tar m", "unmatched"),  # deleting members rewrites the archive
+        ("tar --delete -f src/x.tar m", "allowed"),
+        ("tar --catenate -f docs/x.tar src/y.tar", "unmatched"),
+        ("tar --concatenate -f docs/x.tar src/y.tar", "unmatched"),
+        ("tar -tf src/secret/key", "denied"),  # listing reads the archive: a read deny applies
+        ("tar -t -f src/secret/key", "denied"),
+        ("tar tf src/secret/key", "denied"),
+        ("tar -tf src/a.txt", "allowed"),
+    ],
+)
+def test_tar_reads_the_archive_it_lists_and_never_reaches_a_remote_one(tools, command, outcome):
+    expect(tools.judge_execute(["bash", "-c", command]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("git commit -m 'fix: a/b'", "allowed"),  # a message is not a revision
+        ("git commit -m fix:a", "allowed"),
+        ("git commit -qam fix:a", "allowed"),
+        ("git commit -F src/a.txt", "allowed"),
+        ("git log HEAD:src/secret/key", "denied"),
+        ("git log -n 1 x:y", "denied"),  # any REV:PATH names contents the policy cannot place
+        ("git tag v1 :src/a.txt", "denied"),  # the index form, even of an allowed file (with a read deny)
+        ("git tag v1 @", "allowed"),
+        ("git tag -n", "denied"),
+        ("git tag -l", "allowed"),
+        ("git for-each-ref", "allowed"),
+        ("git for-each-ref '--form=%(raw)'", "denied"),
+        ("git branch --format=x", "denied"),
+        ("git branch -v", "allowed"),
+        ("git bundle create -q src/b HEAD", "denied"),  # a bundle holds every file (a read deny applies)
+        ("git bundle create --quiet docs/b HEAD", "unmatched"),  # and it is written: the file, not `--quiet`
+        ("git mailsplit -osrc/m src/a.txt", "allowed"),
+        ("git mailsplit -odocs src/a.txt", "unmatched"),
+        ("git mailinfo src/m src/p", "allowed"),
+        ("git mailinfo src/m docs/p", "unmatched"),
+    ],
+)
+def test_git_operands_that_name_contents_or_files_it_writes(tools, command, outcome):
+    expect(tools.judge_execute(["bash", "-c", command]), outcome)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "directory", "kept"),
+    [
+        ("src/git", "src", False),
+        ("src/*", "src", False),
+        ("src/g?t", "src", False),
+        ("s*/x", "src", False),
+        ("**", "src", False),
+        ("src/**", "src/pkg", False),
+        ("*/pkg/*", "src/pkg", False),
+        ("docs/*", "src", True),
+        ("src", "src", True),  # the directory itself, nothing in it
+        ("src/pkg/x", "src", True),  # two levels down: no program directly in src
+        ("src/**/x", "src", False),  # `**` may be nothing: src/x
+        ("lib/*/x", "src/pkg", True),
+    ],
+)
+def test_path_keeps_a_worktree_directory_only_when_no_write_rule_names_something_in_it(
+    worktree, pattern, directory, kept
+):
+    policy = policy_of(worktree, [{"id": "w", "kind": "write", "paths": [pattern], "decision": "allow"}])
+    entry = str(worktree / directory)
+    assert (policy.search_path(f"{entry}:/usr/bin") == f"{entry}:/usr/bin") is kept
