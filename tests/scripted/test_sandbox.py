@@ -412,4 +412,4 @@ def test_workspace_as_a_mapping_keeps_its_path_and_turns_the_commit_step_on(tmp_
     config = parse_config({"workspace": {"path": ".", "commit": None}, "agent": {"command": ["x"]}}, base_dir=tmp_path)
     assert config.workspace == tmp_path and config.commit is not None and config.commit.push is True
     plain = parse_config({"workspace": ".", "agent": {"command": ["x"]}}, base_dir=tmp_path)
-    assert plain.commit is None and plain.sandbox.mode == "off"
+    assert plain.commit is None and plain.sandbox.mode == "workspace-write"  # on by default
