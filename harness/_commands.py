@@ -164,6 +164,7 @@ class PathArg:
     recursive: bool = True  # a directory named here may be read whole (a read deny below it applies)
     may_write: bool = True  # the program might write it after all: a protected path is refused even as a read
     follows_links: bool = False  # read whole following symlinks beneath (`grep -R`, `rg -L`, `zip -r`)
+    stored: bool = False  # read from git's object store: no mask of the OS sandbox hides what it holds
 
 
 @dataclass(frozen=True)
@@ -346,7 +347,7 @@ def _git(words: Sequence[str]) -> CommandFacts:
     if names_content or _git_shows_contents(sub, rest) or _git_pathspec_reaches_anywhere(sub, rest):
         # git shows what its object store holds for any path (a revision, a blob id, a pathspec's magic or
         # glob): it reads the whole worktree, and a read deny anywhere in it applies
-        paths.append(PathArg(".", certain=True, may_write=False))
+        paths.append(PathArg(".", certain=True, may_write=False, stored=True))
     else:  # a path only filters what git prints (names, messages): a read deny below it does not apply
         paths = [p if p.write else PathArg(p.text, p.write, p.certain, False, p.may_write) for p in paths]
     if directory is not None:

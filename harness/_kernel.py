@@ -225,6 +225,7 @@ class Kernel:
             self.config.workspace,
             protected_globs=self.config.policy.protected_paths,
             protected_files=self._protected_files(),
+            masked_reads=self.config.sandbox.mode != "off",  # commands run where read denies are masked
         )
         host = HostCalls(self.config.queue, self._transcript, self._sleep_or_cancel)
         if prompt is None:

@@ -125,6 +125,7 @@ class Policy:
         *,
         protected_globs: Iterable[str] = (),
         protected_files: Iterable[Path] = (),
+        masked_reads: bool = False,
     ) -> None:
         self.rules = tuple(rules)
         self.worktree = Path(os.path.realpath(worktree))
@@ -132,6 +133,9 @@ class Policy:
         # Absolute files or directories outside the globs' reach: the run's config, role, transcripts.
         self._protected_paths = tuple(os.path.realpath(p) for p in protected_files)
         self._root = str(self.worktree)  # string prefixes: this runs for every path an agent names
+        # Commands run inside the OS sandbox, where every path a read deny matches is masked: a command that
+        # reads a directory whole (`grep -r x .`) cannot reach them, so only what it names is judged.
+        self._masked_reads = masked_reads
 
     @property
     def interactive(self) -> bool:
@@ -409,7 +413,8 @@ class Policy:
         if not names_path(arg, os.path.lexists(os.path.join(self._root, path))):
             return Verdict(True)
         kind = "write" if arg.write else "read"
-        verdict = self._judge_argument(kind, path, approvals, recursive=arg.recursive, follows=arg.follows_links)
+        verdict = self._judge_argument(kind, path, approvals, recursive=arg.recursive, follows=arg.follows_links,
+                                       masked=self._masked_reads and not arg.stored)  # fmt: skip
         if verdict.allowed and arg.may_write and kind == "read":
             # a program not known to only read it could write it (`--outp=.git/config`)
             rel = self.resolve(path)
@@ -426,6 +431,7 @@ class Policy:
         recursive: bool = False,
         redirect: bool = False,
         follows: bool = False,
+        masked: bool = False,
     ) -> Verdict:
         """A path a command's argument or redirection names. On the interactive path the person approved
         the command as written, so its paths need only stay confined. A redirection may always reach the
@@ -433,7 +439,7 @@ class Policy:
         if (redirect and path in _STANDARD_STREAMS) or (kind == "read" and path in _DATALESS_DEVICES):
             return Verdict(True, ("builtin:dev-null",), {"kind": "allowed"})
         return self._judge_paths(kind, [path], approvals, confine_only=self.interactive, recursive=recursive,
-                                 follows=follows)  # fmt: skip
+                                 follows=follows, masked=masked)  # fmt: skip
 
     def _places(self, cwds: Sequence[str], directory: str, *, logical: bool = False) -> list[str] | None:
         """Where `git -C DIR` (the kernel resolves it) or `cd DIR` leads from each possible cwd; None if any
@@ -499,6 +505,7 @@ class Policy:
         confine_only: bool = False,
         recursive: bool = True,
         follows: bool = False,
+        masked: bool = False,
     ) -> Verdict:
         relative: list[str] = []
         for path in paths:
@@ -514,15 +521,21 @@ class Policy:
                 return _refuse("hard_link", path=rel, why=why)
             relative.append(rel)
         whole = recursive or kind == "write"
+        masked = masked and kind == "read"  # what a read deny matches beneath is masked: only links out matter
         beneath: list[str] = []
         for rel in relative if whole else ():
-            refusal, contents = self._linked_contents(rel) if follows and kind == "read" else self._contents(kind, rel)
+            if follows and kind == "read":
+                refusal, contents = self._linked_contents(rel)
+            elif masked:
+                continue
+            else:
+                refusal, contents = self._contents(kind, rel)
             if refusal is not None:
                 return refusal
-            beneath += contents
+            beneath += [] if masked else contents
         if confine_only:
             return Verdict(True, ("interactive",), {"kind": "interactive"}, tuple(relative))
-        verdict = self._judge(kind, relative, approvals, whole=whole, also_denied=beneath)
+        verdict = self._judge(kind, relative, approvals, whole=whole and not masked, also_denied=beneath)
         return Verdict(verdict.allowed, verdict.rule_ids, verdict.reason, tuple(relative))  # not replace(): 30 us
 
     def _contents(self, kind: str, relative: str) -> tuple[Verdict | None, list[str]]:

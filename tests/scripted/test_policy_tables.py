@@ -19,6 +19,7 @@ from policy_corpus import CAREFUL, OPEN, POLICIES, TOOLS, build_worktree, judge,
 
 from harness import Policy
 from harness._config import HOST_SERVER_NAME as HOST
+from harness._config import RuleConfig
 from harness._policy import Turn
 from harness.pytest_plugin import LOOP_SCRIPTED
 
@@ -1502,3 +1503,28 @@ def test_path_keeps_a_worktree_directory_only_when_no_write_rule_names_something
     policy = policy_of(worktree, [{"id": "w", "kind": "write", "paths": [pattern], "decision": "allow"}])
     entry = str(worktree / directory)
     assert (policy.search_path(f"{entry}:/usr/bin") == f"{entry}:/usr/bin") is kept
+
+
+@pytest.mark.parametrize(
+    ("command", "masked", "unmasked"),
+    [
+        ("grep -r x .", "allowed", "denied"),  # inside the sandbox the denied files are masked: it finds none
+        ("grep -r x src", "allowed", "denied"),
+        ("rg x", "allowed", "denied"),
+        ("ls -R src", "allowed", "denied"),
+        ("grep -r x src/secret", "denied", "denied"),  # what it names is still judged
+        ("cat src/secret/key", "denied", "denied"),
+        ("cat src/keylink", "denied", "denied"),
+        ("git grep x", "denied", "denied"),  # git reads its object store, which no mask hides
+        ("git log -p", "denied", "denied"),
+        ("git show HEAD:src/secret/key", "denied", "denied"),
+        ("grep -R x src", "outside_worktree", "outside_worktree"),  # a link out is not masked
+    ],
+)
+def test_a_search_of_the_tree_is_allowed_where_the_sandbox_masks_what_a_read_deny_matches(
+    worktree, command, masked, unmasked
+):
+    rules = [*TOOLS, {"id": "rg", "kind": "execute", "commands": ["rg *", "rg"], "decision": "allow"}]
+    sandboxed = Policy([RuleConfig.model_validate(r) for r in rules], worktree, masked_reads=True)
+    expect(sandboxed.judge_execute(["bash", "-c", command]), masked)
+    expect(policy_of(worktree, rules).judge_execute(["bash", "-c", command]), unmasked)

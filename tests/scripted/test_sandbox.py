@@ -413,3 +413,27 @@ def test_workspace_as_a_mapping_keeps_its_path_and_turns_the_commit_step_on(tmp_
     assert config.workspace == tmp_path and config.commit is not None and config.commit.push is True
     plain = parse_config({"workspace": ".", "agent": {"command": ["x"]}}, base_dir=tmp_path)
     assert plain.commit is None and plain.sandbox.mode == "workspace-write"  # on by default
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_search_of_the_tree_is_allowed_and_never_reads_the_masked_files(tmp_path, mode):
+    """With a read deny in place, `grep -r` over the whole tree is allowed inside the sandbox (the denied files
+    are masked: an empty file, an empty directory) and finds nothing there; without it, it is refused."""
+    ws = make_workspace(tmp_path / "ws", files={"src/secrets/key": "TOPSECRET\n", "src/.env": "TOPSECRET=1\n",
+                                                "docs/readme.md": "not secret\n"})  # fmt: skip
+    rules = [*RULES, {"id": "env", "kind": "read", "paths": ["**/.env"], "decision": "deny"},
+             {"id": "grep", "kind": "execute", "commands": ["grep *"], "decision": "allow"}]  # fmt: skip
+    step = {"terminal": {"command": "grep", "args": ["-rn", "-e", "TOPSECRET", "-e", "not secret", "."]}}
+    path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(step)]}))
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox={"mode": mode}))
+    done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    said = "\n".join(agent_messages(Path(report["transcript"])))
+    if mode == "off":
+        assert report["terminal"] == "BlockedPolicy", report
+        assert report["reason"]["refusal"]["kind"] == "denied"
+        return
+    assert "./docs/readme.md:1:not secret" in said, said
+    assert "TOPSECRET" not in said.replace("-e TOPSECRET", ""), said
+    decisions = [r["decision"] for r in read_transcript(Path(report["transcript"])) if r["type"] == "policy"]
+    assert decisions and set(decisions) == {"allow"}, decisions
