@@ -91,6 +91,7 @@ def hostile_run(tmp_path: Path, mode: str, via: str, port: int) -> tuple[subproc
         "outside": str(tmp_path / "outside.txt"),
         "git hook": str(workspace / ".git/hooks/pre-commit"),
         "git config": str(workspace / ".git/config"),
+        "nested git": str(workspace / "src/nested/.git/config"),  # a repository inside, under a write rule
         "unruled path": str(workspace / "docs/planted.txt"),
         "config": str(config),
         "transcripts": str(transcripts / "planted.jsonl"),
@@ -100,7 +101,9 @@ def hostile_run(tmp_path: Path, mode: str, via: str, port: int) -> tuple[subproc
     mark = secrets.token_hex(8)
     script = ESCAPE.format(writes=writes, port=port, mark=mark)
     ws = make_workspace(tmp_path / "ws", files={"tools/escape.py": script, "src/secrets/key": "TOPSECRET\n",
-                                                "docs/readme.md": "docs\n"})  # fmt: skip
+                                                "docs/readme.md": "docs\n"}, ignore=["src/nested/"])  # fmt: skip
+    (workspace / "src/nested/.git").mkdir(parents=True)
+    (workspace / "src/nested/.git/config").write_text("[core]\n")
     step = (
         {"run": {"script": "python3 tools/escape.py"}}
         if via == "agent"
@@ -133,7 +136,7 @@ def test_an_allowed_program_cannot_write_outside_its_rules_read_masks_or_see_the
 
     on = mode != "off"
     expected = "blocked" if on else "done"
-    for what in ("outside", "git hook", "git config", "unruled path", "config", "transcripts"):
+    for what in ("outside", "git hook", "git config", "nested git", "unruled path", "config", "transcripts"):
         assert outcome(said, f"write {what}") == expected, (what, said)
     assert outcome(said, "connect") == expected, said
     assert outcome(said, "read secret") == expected, said
