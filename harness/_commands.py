@@ -124,7 +124,8 @@ _GIT_CONTENT = frozenset({"show", "diff", "cat-file", "grep", "archive", "bundle
                           "stash", "range-diff", "diff-tree", "diff-index", "diff-files", "blame", "annotate",
                           "difftool", "apply", "am", "notes", "rev-list", "verify-pack", "unpack-file", "merge-tree",
                           "request-pull", "checkout-index", "read-tree", "merge-file", "unpack-objects",
-                          "show-index", "get-tar-commit-id"})  # fmt: skip
+                          "show-index", "get-tar-commit-id", "update-index", "restore", "mktree", "commit-tree",
+                          "fast-import", "hash-object"})  # fmt: skip
 #: git subcommands whose operands are all pathspecs.
 _GIT_PATHSPEC_ONLY = frozenset({"add", "rm", "mv", "restore", "clean", "ls-files", "check-ignore", "check-attr",
                                 "update-index"})  # fmt: skip
@@ -376,6 +377,8 @@ def _git_shows_contents(sub: str, rest: Sequence[str]) -> bool:
     diffs (`-p`, `-U1`, `--binary`, `--remerge-diff`, ...)."""
     if sub in _GIT_CONTENT:
         return True
+    if sub == "checkout" and ("--" in rest or len(_git_operands(rest)) > 1):
+        return True  # `git checkout REV -- PATH` copies a stored file wherever PATH says
     if sub in ("tag", "branch", "for-each-ref"):  # `--format=%(raw)` prints a tagged blob; `tag -n` its text
         return any(_names_option(a, "--format") or (sub == "tag" and re.fullmatch(r"-n[0-9]*", a)) for a in rest)
     if sub in ("commit", "status", "add"):  # -v prints the staged diff; -p shows hunks to choose from

@@ -1528,3 +1528,22 @@ def test_a_search_of_the_tree_is_allowed_where_the_sandbox_masks_what_a_read_den
     sandboxed = Policy([RuleConfig.model_validate(r) for r in rules], worktree, masked_reads=True)
     expect(sandboxed.judge_execute(["bash", "-c", command]), masked)
     expect(policy_of(worktree, rules).judge_execute(["bash", "-c", command]), unmasked)
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("git update-index --add --cacheinfo 100644,0123abcd,src/k", "denied"),  # puts any blob at any path
+        ("git checkout -- src/k", "denied"),  # ... which this then writes out
+        ("git checkout HEAD~1 -- old/path", "denied"),  # a file from another revision, at its old path
+        ("git restore src/k", "denied"),
+        ("echo '100644 blob 0123abcd\tsrc/k' | git mktree", "denied"),
+        ("git hash-object -w src/a.txt", "denied"),
+        ("git checkout main", "allowed"),  # switching branches names no path
+        ("git checkout -b feature", "allowed"),
+        ("git add src/a.txt", "allowed"),
+    ],
+)
+def test_git_commands_that_copy_stored_files_into_the_worktree_read_it_all(tools, command, outcome):
+    """With a read deny in place, a stored copy of a denied file must not reach a path the deny misses."""
+    expect(tools.judge_execute(["bash", "-c", command]), outcome)

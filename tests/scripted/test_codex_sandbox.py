@@ -1,0 +1,183 @@
+"""The real Codex ACP adapter under the OS sandbox (issue 10, item 5).
+
+`@zed-industries/codex-acp@0.16.0` runs under `loop-harness run` against a stand-in for the OpenAI Responses API
+on 127.0.0.1 (`fake_responses.py`), reached from inside the sandbox only through the kernel's filtering proxy
+(a network rule allows `127.0.0.1`). The fake model asks Codex to run a command the policy allows, a script in
+the worktree the policy cannot see into, which tries to write outside the worktree and into `.git/hooks`; then
+it ends the turn. With the sandbox on both writes fail; with it off both land, so the attack is real.
+
+The adapter comes from npm into `$LOOP_HARNESS_NPM_CACHE` (default `~/.cache/loop-harness/npm`) once; without
+node/npm or the registry the module is skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import read_transcript
+from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.testing import loop_config, make_workspace, write_yaml
+from tests.scripted.fake_responses import FakeResponses, message, shell_call
+
+pytestmark = LOOP_SCRIPTED
+
+CLI = str(Path(sys.executable).parent / "loop-harness")
+PACKAGE = "@zed-industries/codex-acp@0.16.0"
+BINARY = "node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp"
+COMMAND = "python3 tools/escape.py"
+RULES = [
+    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+    {"id": "escape", "kind": "execute", "commands": [COMMAND], "decision": "allow"},
+    {"id": "model-api", "kind": "network", "hosts": ["127.0.0.1"], "decision": "allow"},
+]
+
+#: What the allowed command does: one line per attempt, "<what>: done" or "<what>: blocked (...)".
+ESCAPE = """\
+def attempt(what, path):
+    try:
+        with open(path, "a") as out:
+            out.write("planted\\n")
+        print(what + ": done")
+    except OSError as exc:
+        print(what + ": blocked (" + type(exc).__name__ + ": " + str(exc.strerror) + ")")
+attempt("write outside", {outside!r})
+attempt("write git hook", ".git/hooks/pre-commit")
+attempt("write src", "src/allowed.txt")
+"""
+
+
+def npm_cache() -> Path:
+    return Path(os.environ.get("LOOP_HARNESS_NPM_CACHE") or Path.home() / ".cache/loop-harness/npm")
+
+
+@pytest.fixture(name="codex_acp", scope="module")
+def codex_acp_fixture() -> Path:
+    """The adapter's native binary, installed from npm once (skip when that cannot be done here)."""
+    cache = npm_cache()
+    binary = cache / BINARY
+    if binary.exists():
+        return binary
+    npm = shutil.which("npm")
+    if shutil.which("node") is None or npm is None:
+        pytest.skip(f"node and npm are needed to install {PACKAGE} (not on PATH)")
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".install.lock").open("w") as lock:  # pytest-xdist workers install once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.exists():
+            return binary
+        try:
+            done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache), PACKAGE],
+                                  capture_output=True, text=True, timeout=300)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"npm install {PACKAGE} took over 300 s (is the npm registry reachable?)")
+    if done.returncode != 0 or not binary.exists():
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[:6])[:600]
+        pytest.skip(f"npm install {PACKAGE} failed (exit {done.returncode}; is the npm registry reachable?): {tail}")
+    return binary
+
+
+def codex_home(root: Path, api_url: str) -> Path:
+    """A private HOME whose `.codex/config.toml` points Codex at the fake API and makes it ask before every
+    command (its own sandbox off: the kernel's is the one under test)."""
+    home = root / "home"
+    (home / ".codex").mkdir(parents=True)
+    (home / ".codex/config.toml").write_text(f"""\
+model = "fake-model"
+model_provider = "x"
+approval_policy = "untrusted"
+sandbox_mode = "danger-full-access"
+
+[model_providers.x]
+name = "fake"
+base_url = "{api_url}"
+wire_api = "responses"
+env_key = "FAKE_MODEL_KEY"
+""")
+    return home
+
+
+def codex_run(tmp_path: Path, binary: Path, mode: str) -> tuple[dict, list[dict], FakeResponses]:
+    outside = tmp_path / "outside.txt"
+    ws = make_workspace(tmp_path / "ws", files={"tools/escape.py": ESCAPE.format(outside=str(outside)),
+                                                "src/keep.txt": "kept\n"})  # fmt: skip
+    with FakeResponses([[shell_call(COMMAND)], [message("all done")]]) as api:
+        home = codex_home(tmp_path, api.url)
+        config = loop_config(ws, tmp_path / "unused.yaml", rules=RULES, sandbox={"mode": mode},
+                             transcripts=str(tmp_path / "transcripts"))  # fmt: skip
+        config["agent"] = {"command": [str(binary)], "supports_permission_requests": True,
+                           "env": {"HOME": str(home), "CODEX_HOME": str(home / ".codex"),
+                                   "FAKE_MODEL_KEY": "sk-fake", "RUST_LOG": "warn"}}  # fmt: skip
+        path = write_yaml(tmp_path / "loop.yaml", config)
+        done = subprocess.run([CLI, "run", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip(), done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return report, read_transcript(Path(report["transcript"])), api
+
+
+def diagnose(report: dict, records: list[dict], api: FakeResponses) -> str:
+    """What to read when Codex did not get through: the report, the kernel's records (agent exit with its
+    stderr tail, egress), and what the fake API saw."""
+    lines = [json.dumps(report)[:2000]]
+    lines += [json.dumps(r)[:3000] for r in records if r["type"] not in ("rpc", "sandbox", "agent_start")]
+    lines += [f"api requests: {len(api.requests)}, errors: {api.errors}", f"outputs: {api.outputs()}"]
+    return "\n".join(lines)
+
+
+def rpcs(records: list[dict], method: str) -> list[dict]:
+    return [r["msg"] for r in records if r["type"] == "rpc" and r["msg"].get("method") == method]
+
+
+@pytest.mark.parametrize("mode", ["workspace-write", "off"])
+def test_codex_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path, codex_acp, mode):
+    report, records, api = codex_run(tmp_path, codex_acp, mode)
+    outside, hook = tmp_path / "outside.txt", tmp_path / "ws/workspace/.git/hooks/pre-commit"
+    on = mode != "off"
+    why = diagnose(report, records, api)
+    try:
+        assert report["terminal"] == "Idle" and report["tasks"][0]["terminal"] == "Completed", why
+        # Codex asked before running the command, and the execute rule answered (allow once, never "always")
+        asked = rpcs(records, "session/request_permission")
+        assert [a["params"]["toolCall"]["rawInput"]["command"] for a in asked] == [["/bin/bash", "-lc", COMMAND]]
+        policy = [r for r in records if r["type"] == "policy" and r["source"] == "session/request_permission"]
+        assert [(p["decision"], p["rule_ids"][0], p["outcome"]) for p in policy] == [("allow", "escape", "approved")]
+        answer = next(r["msg"] for r in records if r["type"] == "rpc" and r["msg"].get("id") == asked[0]["id"]
+                      and "result" in r["msg"])  # fmt: skip
+        assert answer["result"]["outcome"] == {"outcome": "selected", "optionId": "approved"}
+        # the command ran: its output went back to the model in the follow-up request, and the turn ended
+        assert len(api.requests) == 2 and not api.errors, why
+        (output,) = api.outputs()
+        expected = "blocked (OSError: Read-only file system)" if on else "done"
+        assert f"write outside: {expected}" in output, output
+        assert f"write git hook: {expected}" in output, output
+        assert "write src: done" in output, output  # what the write rule opens stays writable
+        said = [u["params"]["update"]["content"]["text"] for u in rpcs(records, "session/update")
+                if u["params"]["update"]["sessionUpdate"] == "agent_message_chunk"]  # fmt: skip
+        assert "all done" in said
+        # the files themselves
+        assert outside.exists() is not on
+        assert hook.exists() is not on
+        assert (tmp_path / "ws/workspace/src/allowed.txt").read_text() == "planted\n"
+        # the sandbox, and the model API reached only through the kernel's proxy under the network rule
+        (sandbox,) = [r for r in records if r["type"] == "sandbox"]
+        assert sandbox["mode"] == mode
+        egress = [r for r in records if r["type"] == "egress" and r["rule_ids"] != ["host-tools"]]
+        port = int(api.url.rsplit(":", 1)[1].split("/")[0])
+        if on:
+            assert egress and all(
+                (e["host"], e["port"], e["allowed"], e["rule_ids"]) == ("127.0.0.1", port, True, ["model-api"])
+                for e in egress
+            ), why
+        else:
+            assert egress == []
+    finally:  # the off case wrote outside the worktree: leave nothing behind
+        outside.unlink(missing_ok=True)
+        hook.unlink(missing_ok=True)
