@@ -94,6 +94,7 @@ def hostile_run(tmp_path: Path, mode: str, via: str, port: int) -> tuple[subproc
         "nested git": str(workspace / "src/nested/.git/config"),  # a repository inside, under a write rule
         "unruled path": str(workspace / "docs/planted.txt"),
         "config": str(config),
+        "role": str(tmp_path / "role.yaml"),
         "transcripts": str(transcripts / "planted.jsonl"),
         "home": "$HOME/planted",
         "tmp": "$TMPDIR/planted",
@@ -110,7 +111,9 @@ def hostile_run(tmp_path: Path, mode: str, via: str, port: int) -> tuple[subproc
         else {"terminal": {"command": "python3", "args": ["tools/escape.py"]}}
     )
     path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(step)]}))
-    write_yaml(config, loop_config(ws, path, rules=RULES, sandbox={"mode": mode}, transcripts=str(transcripts)))
+    write_yaml(tmp_path / "role.yaml", {"prompt": "Be careful."})
+    write_yaml(config, loop_config(ws, path, rules=RULES, sandbox={"mode": mode}, transcripts=str(transcripts),
+                                   role="role.yaml"))  # fmt: skip
     done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "KERNEL_ONLY_MARK": mark})  # fmt: skip
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -136,7 +139,7 @@ def test_an_allowed_program_cannot_write_outside_its_rules_read_masks_or_see_the
 
     on = mode != "off"
     expected = "blocked" if on else "done"
-    for what in ("outside", "git hook", "git config", "nested git", "unruled path", "config", "transcripts"):
+    for what in ("outside", "git hook", "git config", "nested git", "unruled path", "config", "role", "transcripts"):
         assert outcome(said, f"write {what}") == expected, (what, said)
     assert outcome(said, "connect") == expected, said
     assert outcome(said, "read secret") == expected, said
@@ -440,3 +443,26 @@ def test_a_search_of_the_tree_is_allowed_and_never_reads_the_masked_files(tmp_pa
     assert "TOPSECRET" not in said.replace("-e TOPSECRET", ""), said
     decisions = [r["decision"] for r in read_transcript(Path(report["transcript"])) if r["type"] == "policy"]
     assert decisions and set(decisions) == {"allow"}, decisions
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gitdir_target_inside_a_writable_worktree_stays_read_only(tmp_path, mode):
+    """`.git` is a `gitdir:` file pointing at `.gitdata` in the worktree, and a write rule opens all of it: the
+    repository it names is still read-only inside."""
+    ws = make_workspace(tmp_path / "ws")
+    (ws.path / ".git").rename(ws.path / ".gitdata")
+    (ws.path / ".git").write_text("gitdir: .gitdata\n")
+    with (ws.path / ".gitdata" / "info" / "exclude").open("a") as exclude:
+        exclude.write(".gitdata/\n")
+    assert ws.git("status", "--porcelain") == ""
+    script = "echo planted > .gitdata/hooks/pre-commit; echo planted >> .gitdata/config; echo fine > src.txt"
+    path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn({"run": {"script": script}})]}))
+    rules = [{"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+             {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "allow"}]  # fmt: skip
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox={"mode": mode}))
+    done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120)
+    said = "\n".join(agent_messages(Path(json.loads(done.stdout.strip().splitlines()[-1])["transcript"])))
+    on = mode != "off"
+    assert (ws.path / ".gitdata/hooks/pre-commit").exists() is not on, said
+    assert ("planted" in (ws.path / ".gitdata/config").read_text()) is not on, said
+    assert (ws.path / "src.txt").read_text() == "fine\n"  # the rest of the worktree is writable
