@@ -711,7 +711,8 @@ def _inside(path: str, directory: str) -> bool:
 
 def _holds(directory: str, pattern: str) -> bool:
     """`directory` is an ancestor of everything `pattern` can match (its literal leading part)."""
-    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]  # `src/pkg/*.py` holds `src/pkg` itself
+    # `src/pkg/*.py` holds `src/pkg` itself; `[` is no glob character here (`app/[id]/x.ts` holds `app/[id]`)
+    literal = re.split(r"[*?]", pattern, maxsplit=1)[0]
     return directory == "." or (bool(literal) and literal.startswith(directory + "/"))
 
 

@@ -106,6 +106,8 @@ class Sandbox:
         inside = {**env, "HOME": self.home, "TMPDIR": self.tmp}  # the private ones, or those the config named
         # pinned models stay where the kernel's HOME keeps them (read-only inside): nothing fetches in here
         inside.setdefault("LOOP_HARNESS_MODEL_CACHE", self.model_cache)
+        # Claude Code's Bash tool keeps its files under $CLAUDE_CODE_TMPDIR, default `/tmp` (read-only here)
+        inside.setdefault("CLAUDE_CODE_TMPDIR", self.tmp)
         routes = [r for r in (self.proxy, self.tools if tools else None) if r is not None]
         if self.proxy is not None:
             url = f"http://127.0.0.1:{self.proxy[0]}"
@@ -214,7 +216,7 @@ def _existing(paths: Sequence[Path]) -> list[str]:
     return [os.path.realpath(p) for p in paths if os.path.lexists(p)]
 
 
-_GLOB = re.compile(r"[*?\[]")
+_GLOB = re.compile(r"[*?]")  # the policy's globs: `[` is an ordinary character (`app/[id]/**`)
 
 
 def _writable_roots(root: str, rules: Sequence[RuleConfig]) -> list[str]:

@@ -149,8 +149,8 @@ def test_codex_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path,
         assert [a["params"]["toolCall"]["rawInput"]["command"] for a in asked] == [["/bin/bash", "-lc", COMMAND]]
         policy = [r for r in records if r["type"] == "policy" and r["source"] == "session/request_permission"]
         assert [(p["decision"], p["rule_ids"][0], p["outcome"]) for p in policy] == [("allow", "escape", "approved")]
-        answer = next(r["msg"] for r in records if r["type"] == "rpc" and r["msg"].get("id") == asked[0]["id"]
-                      and "result" in r["msg"])  # fmt: skip
+        answer = next(r["msg"] for r in records if r["type"] == "rpc" and r["dir"] == "out"
+                      and r["msg"].get("id") == asked[0]["id"] and "result" in r["msg"])  # fmt: skip
         assert answer["result"]["outcome"] == {"outcome": "selected", "optionId": "approved"}
         # the command ran: its output went back to the model in the follow-up request, and the turn ended
         assert len(api.requests) == 2 and not api.errors, why

@@ -1547,3 +1547,19 @@ def test_a_search_of_the_tree_is_allowed_where_the_sandbox_masks_what_a_read_den
 def test_git_commands_that_copy_stored_files_into_the_worktree_read_it_all(tools, command, outcome):
     """With a read deny in place, a stored copy of a denied file must not reach a path the deny misses."""
     expect(tools.judge_execute(["bash", "-c", command]), outcome)
+
+
+def test_a_deny_under_a_bracketed_directory_covers_that_directory(tmp_path):
+    """`[` is an ordinary character in the policy's globs (Next.js routes: `app/[id]/`): a deny of
+    `app/[id]/middleware.ts` covers moving or copying a file into `app/[id]`, as it does without brackets."""
+    root = tmp_path / "wt"
+    for directory in ("app/[id]", "app/id", "lib", ".git"):
+        (root / directory).mkdir(parents=True)
+    (root / "lib" / "middleware.ts").write_text("x\n")
+    rules = [*_EVERYTHING, {"id": "no-mw", "kind": "write", "paths": ["app/[id]/middleware.ts", "app/id/middleware.ts"],
+                            "decision": "deny"}]  # fmt: skip
+    policy = policy_of(root, rules)
+    for target in ("'app/[id]'", "app/id"):
+        for program in ("cp", "mv"):
+            expect(policy.judge_execute(["bash", "-c", f"{program} lib/middleware.ts {target}"]), "denied")
+    expect(policy.judge_execute(["bash", "-c", "cp lib/middleware.ts 'app/[id]/page.ts'"]), "allowed")
