@@ -14,9 +14,7 @@ node/npm or the registry the module is skipped, saying why.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +27,7 @@ from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import loop_config, make_workspace, write_yaml
 from tests.scripted.fake_messages import FakeMessages, bash, text
+from tests.scripted.npm_adapters import npm_adapter
 
 pytestmark = LOOP_SCRIPTED
 
@@ -58,34 +57,10 @@ attempt("write src", "src/allowed.txt")
 """
 
 
-def npm_cache() -> Path:
-    return Path(os.environ.get("LOOP_HARNESS_NPM_CACHE") or Path.home() / ".cache/loop-harness/npm")
-
-
 @pytest.fixture(name="claude_acp", scope="module")
 def claude_acp_fixture() -> Path:
     """The adapter's entry script, installed from npm once (skip when that cannot be done here)."""
-    cache = npm_cache()
-    script = cache / SCRIPT
-    if script.exists():
-        return script
-    npm = shutil.which("npm")
-    if shutil.which("node") is None or npm is None:
-        pytest.skip(f"node and npm are needed to install {PACKAGE} (not on PATH)")
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / ".install.lock").open("w") as lock:  # pytest-xdist workers install once
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if script.exists():
-            return script
-        try:
-            done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache), PACKAGE],
-                                  capture_output=True, text=True, timeout=300)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"npm install {PACKAGE} took over 300 s (is the npm registry reachable?)")
-    if done.returncode != 0 or not script.exists():
-        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[:6])[:600]
-        pytest.skip(f"npm install {PACKAGE} failed (exit {done.returncode}; is the npm registry reachable?): {tail}")
-    return script
+    return npm_adapter(PACKAGE, SCRIPT)
 
 
 def claude_home(root: Path) -> Path:
