@@ -292,10 +292,14 @@ class KernelClient:
 
     def _use_terminal(self, source: str, session_id: str, terminal_id: str) -> None:
         """Only the running turn's session, and only on a terminal it created."""
-        with _terminal_errors(terminal_id):
-            owner = self.exec_host.session_of(terminal_id)
+        try:
+            owner: str | None = self.exec_host.session_of(terminal_id)
+        except TerminalGone:
+            owner = None  # the gate still comes first: a late call on a released terminal is a late call
         target = {"terminalId": terminal_id}
         self._enforce(source, self.policy.terminal_use(session_id, owner, self._moment()), target)
+        if owner is None:
+            raise RequestError.invalid_params({"terminalId": terminal_id, "error": "no such terminal"})
 
     # --- methods we do not offer: say so, never answer null ------------------------------------
 

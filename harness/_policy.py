@@ -198,12 +198,13 @@ class Policy:
         relative = self.resolve(cwd) if cwd else "."
         return replace(verdict, argv=argv, workdir=os.path.normpath(os.path.join(self._root, relative or ".")))
 
-    def terminal_use(self, session_id: str, owner: str, turn: Turn) -> Verdict:
-        """`terminal/output`, `wait_for_exit`, `kill`, `release`: in the running turn, of its own terminal."""
+    def terminal_use(self, session_id: str, owner: str | None, turn: Turn) -> Verdict:
+        """`terminal/output`, `wait_for_exit`, `kill`, `release`: in the running turn, of its own terminal
+        (`owner` None: no such terminal, which the caller answers once the gate has let the call through)."""
         gate = self._gate(session_id, turn)
         if gate is not None:
             return gate
-        if owner != session_id:
+        if owner is not None and owner != session_id:
             return _refuse("not_its_terminal", session=session_id, owner=owner)
         return Verdict(True, (), {"kind": "allowed"})
 

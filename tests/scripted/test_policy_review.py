@@ -896,6 +896,7 @@ def test_an_answer_spelled_two_ways_is_no_answer(scripted_scenario, harness_conf
         ("terminal/output", "no-such-session", "in_turn", "unknown_session"),
         ("terminal/kill", None, "after_stop", "outside_turn"),
         ("terminal/release", None, "after_stop", "outside_turn"),
+        ("terminal/output", None, "after_release", "outside_turn"),  # the id is gone: still the gate's call
     ],
 )
 def test_terminal_calls_belong_to_the_running_turns_session(
@@ -905,15 +906,22 @@ def test_terminal_calls_belong_to_the_running_turns_session(
     raw = {"jsonrpc": "2.0", "id": 901, "method": method, "params": {"sessionId": session or "sess_1",
                                                                       "terminalId": "term_1"}}  # fmt: skip
     poke = {"garbage": {"text": json.dumps(raw)}}
-    start = {"terminal": {"command": "sleep", "args": ["30"], "wait": False}}
+    start = {"terminal": {"command": "sleep", "args": ["30" if when != "after_release" else "0"],
+                          "wait": when == "after_release"}}  # fmt: skip
     work = turn(start, {"sleep": 0.3}, poke, {"sleep": 0.3}) if when == "in_turn" else turn(start, {"sleep": 0.2})
-    if when == "after_stop":
-        work["after_stop"] = [poke, {"sleep": 0.3}]
-    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [work]})), rules=rules))
+    scripts, tasks = {"T1": [work]}, [{"id": "T1", "title": "one"}]
+    if when != "in_turn":
+        # The agent writes the poke before it reads T2's session/new, so the kernel always reads it
+        # while it still runs: the run cannot end before the late call arrives (no race with teardown).
+        work["after_stop"] = [poke]
+        scripts["T2"] = [turn({"sleep": 0.5})]
+        tasks.append({"id": "T2", "title": "two"})
+    result = run_loop(harness_config(scripted_scenario(scenario(scripts)), rules=rules, tasks=tasks))
 
     assert result.terminal is Terminal.BLOCKED_POLICY
     assert result.reason["source"] == method
     assert result.reason["refusal"]["kind"] == why
+    assert all(t.terminal is not Terminal.COMPLETED for t in result.tasks[1:])  # nothing completes after it
 
 
 def test_a_decision_is_on_record_before_it_is_acted_on(scripted_scenario, harness_config, run_loop, harness_workspace):

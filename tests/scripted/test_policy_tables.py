@@ -626,8 +626,9 @@ def test_only_the_running_turns_session_may_act(careful, session, turn, outcome)
     expect(careful.read(session, "src/a.txt", turn), outcome)
     expect(careful.write(session, "src/a.txt", turn), outcome)
     expect(careful.terminal(session, "ls", [], {}, None, turn), outcome)
-    use = careful.terminal_use(session, session, turn)  # a gate only: no rule decides it
-    assert (use.allowed, use.reason["kind"]) == ((True, "allowed") if outcome == "allowed" else (False, outcome))
+    for owner in (session, None):  # a gate only: no rule decides it; a released terminal's id is no way past it
+        use = careful.terminal_use(session, owner, turn)
+        assert (use.allowed, use.reason["kind"]) == ((True, "allowed") if outcome == "allowed" else (False, outcome))
     verdict = careful.permission(session, {"kind": "read", "locations": [{"path": "src/a.txt"}]}, OPTIONS, turn)
     expect(verdict, outcome)
     assert verdict.option_id == ("a1" if outcome == "allowed" else "r1")
