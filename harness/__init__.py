@@ -24,22 +24,24 @@ if TYPE_CHECKING:
         HostUnavailable,
         RateLimited,
     )
-    from ._kernel import CONTINUE_PROMPT, STANDING_PROMPT, Kernel
+    from ._kernel import Kernel
     from ._policy import Policy, Turn, Verdict
     from ._results import RunResult, TaskResult
     from ._terminals import EXIT_CODE, Stop, Terminal
     from ._transcript import Transcript, read_transcript
+    from ._turns import CONTINUE_PROMPT, STANDING_PROMPT
     from .queues import MemoryQueueProvider, QueueProvider, Task
 
 _EXPORTS = {
     "._config": ("Config", "load_config", "parse_config"),
     "._exceptions": ("ConfigError", "HarnessError", "HostRejected", "HostSignal", "HostUnauthorized",
                      "HostUnavailable", "RateLimited"),
-    "._kernel": ("CONTINUE_PROMPT", "STANDING_PROMPT", "Kernel"),
+    "._kernel": ("Kernel",),
     "._policy": ("Policy", "Turn", "Verdict"),
     "._results": ("RunResult", "TaskResult"),
     "._terminals": ("EXIT_CODE", "Stop", "Terminal"),
     "._transcript": ("Transcript", "read_transcript"),
+    "._turns": ("CONTINUE_PROMPT", "STANDING_PROMPT"),
     ".queues": ("MemoryQueueProvider", "QueueProvider", "Task"),
 }  # fmt: skip
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

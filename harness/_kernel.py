@@ -47,14 +47,11 @@ from ._sandbox import PROXY_PORT, Sandbox, SandboxError, find_bwrap, plan_sandbo
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 from ._transport import agent_environment
+from ._turns import PromptKind, TurnOutcome, after_turn, before_turn
 from .queues import QueueProvider, Task, make_provider
 
-__all__ = ["CONTINUE_PROMPT", "STANDING_PROMPT", "Kernel", "default_transcript_path"]
+__all__ = ["Kernel", "default_transcript_path"]
 
-STANDING_PROMPT = (
-    "Continue without waiting for input; policy decides permissions. If the task is finished, say so and end your turn."
-)
-CONTINUE_PROMPT = "Continue."
 #: Terminals a refusal recorded after the fact overrides (a fault or a cancel says more).
 _SUCCESS = frozenset({Terminal.IDLE, Terminal.COMPLETED, Terminal.END_TURN, Terminal.MAX_ITERATIONS,
                       Terminal.BLOCKED_AWAITING_INPUT})  # fmt: skip
@@ -542,43 +539,29 @@ class Kernel:
         if isinstance(session_id, Stop):
             return session_id, 0
         limits = self.config.limits
-        text, kind = first_prompt, "task"
+        text, kind = first_prompt, str(PromptKind.TASK)
         standing = iterations = 0
         try:
             while True:
-                if iterations >= limits.max_iterations:
-                    reason = {"kind": "iterations", "current": iterations + 1, "limit": limits.max_iterations}
-                    return Stop(Terminal.MAX_ITERATIONS, reason), iterations
-                if self._cancel_requested:
-                    return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn_boundary"}), iterations
+                stop = before_turn(iterations=iterations, max_iterations=limits.max_iterations,
+                                   cancel_requested=self._cancel_requested)  # fmt: skip
+                if stop is not None:
+                    return stop, iterations
                 iterations += 1
                 self._status = {"state": "running", "task": task.id if task else None, "iteration": iterations}
                 text, kind = self._with_steering(text, kind)
                 turn = self._client.begin_turn(session_id)
                 self._transcript.record("turn", iteration=iterations, prompt_kind=kind)
-                outcome = await self._link.prompt(session_id, text, cancel=self._cancel_event)
-                if isinstance(outcome, Stop):
-                    return outcome, iterations
+                answer = await self._link.prompt(session_id, text, cancel=self._cancel_event)
+                if isinstance(answer, Stop):
+                    return answer, iterations
                 refused = self._refused()
-                if refused is not None:  # whatever stop reason followed the refusal
-                    return refused, iterations
-                if outcome == "refusal":
-                    return Stop(Terminal.FAILED, {"kind": "refusal", "stop_reason": outcome}), iterations
-                if outcome == "cancelled":
-                    return Stop(Terminal.CANCELLED, {"kind": "agent_cancelled", "stop_reason": outcome}), iterations
-                if outcome in ("max_tokens", "max_turn_requests"):
-                    text, kind = CONTINUE_PROMPT, f"continue_after_{outcome}"
-                    continue
-                if task is None:  # end_turn of a single-prompt run
-                    return Stop(Terminal.END_TURN, {"kind": "end_turn", "acted": turn.acted}), iterations
-                if turn.acted:
-                    reason = {"kind": "end_turn", "tool_calls": turn.tool_calls, "client_calls": turn.client_calls}
-                    return Stop(Terminal.COMPLETED, reason), iterations
-                if standing >= limits.standing_answers:
-                    reason = {"kind": "no_tool_call", "standing_answers": standing, "limit": limits.standing_answers}
-                    return Stop(Terminal.BLOCKED_AWAITING_INPUT, reason), iterations
-                standing += 1
-                text, kind = STANDING_PROMPT, "standing_policy"
+                outcome = TurnOutcome(answer, turn.tool_calls, turn.client_calls, refused.reason if refused else None)
+                step = after_turn(outcome, single_prompt=task is None, standing=standing,
+                                  standing_answers=limits.standing_answers)  # fmt: skip
+                if isinstance(step, Stop):
+                    return step, iterations
+                text, kind, standing = step.text, str(step.kind), step.standing
         finally:
             await self._client.exec_host.release_session(session_id)
             await self._link.end_session(session_id)
