@@ -215,7 +215,8 @@ def _repair_and_end(f: Any, reason: dict[str, Any]) -> dict[str, Any]:
     last = _last_record(f.read(cut - previous))
     if last.get("type") == "terminal":
         return {"already_ended": True, **extra}
-    record = {"seq": int(last.get("seq") or 0) + 1, "t": last.get("t"), "type": "terminal", "terminal": "Failed",
+    t = last.get("t") if isinstance(last.get("t"), (int, float)) else 0.0  # the transcript schema's number
+    record = {"seq": int(last.get("seq") or 0) + 1, "t": t, "type": "terminal", "terminal": "Failed",
               "reason": {**reason, **extra}, "tasks": []}  # fmt: skip
     f.seek(0, os.SEEK_END)
     f.write((json.dumps(record, separators=(",", ":")) + "\n").encode())

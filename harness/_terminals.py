@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["EXIT_CODE", "Stop", "Terminal"]
+__all__ = ["EXIT_CODE", "REASON_KINDS", "Stop", "Terminal"]
 
 
 class Terminal(StrEnum):
@@ -37,6 +37,36 @@ class Terminal(StrEnum):
 EXIT_CODE: Mapping[Terminal, int] = {t: 0 if t in (Terminal.IDLE, Terminal.COMPLETED) else 1 for t in Terminal}
 
 
+#: Every reason `kind` a terminal may carry (a task's or a run's).
+REASON_KINDS: Mapping[Terminal, frozenset[str]] = {
+    Terminal.COMPLETED: frozenset({"end_turn", "completed_earlier"}),
+    Terminal.END_TURN: frozenset({"end_turn"}),
+    Terminal.CANCELLED: frozenset({"user_cancel", "agent_cancelled", "interrupted"}),
+    Terminal.MAX_ITERATIONS: frozenset({"iterations"}),
+    Terminal.BLOCKED_POLICY: frozenset({"policy_refusal"}),
+    Terminal.BLOCKED_AWAITING_INPUT: frozenset({"no_tool_call", "termination"}),
+    Terminal.BLOCKED_RATE_LIMITED: frozenset({"rate_limited"}),
+    Terminal.BLOCKED_PRECONDITION: frozenset({"precondition"}),
+    Terminal.BLOCKED_HOST_UNAVAILABLE: frozenset({"host_unavailable", "host_rejected"}),
+    Terminal.FAILED: frozenset(
+        {
+            "agent_start_failed",
+            "agent_exited",
+            "agent_error",
+            "agent_timeout",
+            "turn_timeout",
+            "framing_error",
+            "protocol_error",
+            "protocol_version",
+            "refusal",
+            "kernel_error",
+            "restarted",
+        }
+    ),
+    Terminal.IDLE: frozenset({"queue_empty"}),
+}
+
+
 @dataclass(frozen=True)
 class Stop:
     """One terminal plus its machine-readable reason (always has a `kind`)."""
@@ -47,6 +77,8 @@ class Stop:
     def __post_init__(self) -> None:
         if "kind" not in self.reason:
             raise ValueError(f"a Stop reason needs a 'kind' (got {dict(self.reason)!r})")
+        if self.reason["kind"] not in REASON_KINDS[self.terminal]:  # register it (and in the schema) first
+            raise ValueError(f"{self.reason['kind']!r} is not a reason kind of {self.terminal} (see REASON_KINDS)")
 
     def to_json(self) -> dict[str, Any]:
         return {"terminal": self.terminal.value, "reason": dict(self.reason)}

@@ -9,6 +9,7 @@ result = run_loop(config)                           # RunResult: terminal, reaso
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import yaml
 
 from ._config import load_config
 from ._kernel import Kernel
+from ._records import RecordType, transcript_schema
 from ._results import RunResult
 from ._transcript import read_transcript
 
@@ -28,10 +30,12 @@ __all__ = [
     "DEFAULT_RULES",
     "Workspace",
     "assert_transcript_complete",
+    "assert_transcript_valid",
     "inference_agent_command",
     "inference_agent_env",
     "loop_config",
     "make_workspace",
+    "records",
     "run_loop",
     "scripted_agent_command",
     "write_yaml",
@@ -174,19 +178,42 @@ def run_loop(
 
 
 def assert_transcript_complete(result: RunResult) -> list[dict[str, Any]]:
-    """The transcript is valid JSONL, well-formed JSON-RPC throughout, and ends with the run's terminal."""
-    records = read_transcript(result.transcript)
+    """The transcript is valid JSONL, every line valid against the shipped schema (JSON-RPC well formed
+    throughout), numbered without gaps, and it ends with the run's terminal."""
+    records = assert_transcript_valid(result.transcript)
     assert records, f"{result.transcript} is empty"
     assert records[0]["type"] == "run_start", records[0]
     last = records[-1]
     assert last["type"] == "terminal", f"the last record is {last['type']!r}, not the terminal"
     assert last["terminal"] == result.terminal.value and last["reason"] == result.reason
     assert [r["seq"] for r in records] == list(range(1, len(records) + 1)), "records are missing or out of order"
-    for record in records:
-        if record["type"] == "rpc":
-            message = record["msg"]
-            assert message.get("jsonrpc") == "2.0" and ("method" in message or "id" in message), record
     return records
+
+
+def assert_transcript_valid(path: Path) -> list[dict[str, Any]]:
+    """Every line of the transcript at `path` is a record the shipped JSON Schema accepts; returns them."""
+    records = read_transcript(path)
+    validator = _schema_validator()
+    for record in records:
+        errors = sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
+        assert not errors, f"{path}: record {record.get('seq')} ({record.get('type')}): {errors[0].message}"
+    return records
+
+
+def records(result: RunResult | Path, type: RecordType | str, **match: Any) -> list[dict[str, Any]]:
+    """The transcript records of `type` whose fields equal every `match` (a run's result, or a path).
+
+    `records(result, "policy", decision="refuse")`, `records(result, RecordType.TURN, prompt_kind="task")`."""
+    path = result.transcript if isinstance(result, RunResult) else result
+    wanted = RecordType(type)  # a misspelt type is an error, not an empty list
+    return [r for r in read_transcript(path) if r["type"] == wanted and all(r.get(k) == v for k, v in match.items())]
+
+
+@functools.cache
+def _schema_validator() -> Any:
+    import jsonschema  # only where transcripts are checked
+
+    return jsonschema.Draft202012Validator(transcript_schema())
 
 
 def _git(*args: str) -> None:

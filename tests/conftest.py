@@ -5,7 +5,13 @@ fast set `make mutation` runs against each mutant of the policy and the shell pa
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+
+from harness import testing
 
 #: Fixtures that start a workspace, an agent or the kernel: the tests that use one are not judging-only.
 _RUNS_THE_KERNEL = frozenset({"run_loop", "harness_workspace", "scripted_scenario", "scripted_agent", "harness_config"})
@@ -28,3 +34,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+@pytest.fixture(autouse=True)
+def _every_transcript_validates(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, every transcript it left under its tmp_path validates against the shipped schema
+    (the kernel's, the CLI's, the soak's, and the ones recovery ended), whichever way it was written."""
+    yield
+    tmp_path = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
+    if not isinstance(tmp_path, Path):
+        return
+    for path in tmp_path.rglob("*.jsonl"):
+        if _starts_a_run(path):
+            testing.assert_transcript_valid(path)
+
+
+def _starts_a_run(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8") as f:
+            first = json.loads(f.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and first.get("type") == "run_start" and "kernel_version" in first
