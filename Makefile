@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test run run-scripted bench soak lint mutation demo-workspace clean
+.PHONY: test run run-scripted bench soak lint typecheck mutation demo-workspace clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy harness scripted_agents soak
 	$(BIN)/pytest -n 2
 
 run: $(STAMP) demo-workspace
@@ -43,8 +44,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Strict (pyproject.toml [tool.mypy]) on the kernel, both agents and the soak.
+typecheck: $(STAMP)
+	$(BIN)/mypy harness scripted_agents soak
+
 demo-workspace:
 	bash examples/make-demo-workspace.sh .demo
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .ruff_cache mutants
+	rm -rf $(VENV) .demo .pytest_cache .ruff_cache .mypy_cache mutants

@@ -14,11 +14,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from acp import PROTOCOL_VERSION, RequestError, text_block
 from acp.client.connection import ClientSideConnection
-from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation, InitializeResponse
+from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation, InitializeResponse, PromptResponse
 
 from ._client import KernelClient
 from ._config import AgentConfig, LimitsConfig
@@ -29,6 +29,9 @@ from ._transcript import Transcript
 from ._transport import AgentProcess, agent_environment
 
 __all__ = ["VERSION", "AgentLink"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 VERSION = "0.1.0"
 
@@ -143,7 +146,7 @@ class AgentLink:
             return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn", **detail})
         return Stop(Terminal.FAILED, {"kind": "turn_timeout", "timeout_s": self.limits.turn_timeout_s, **detail})
 
-    def _stop_reason(self, response: Any) -> str:
+    def _stop_reason(self, response: PromptResponse) -> str:
         # Token usage (and what the agent reports in _meta) goes on the record for the task.
         if response.usage is not None or response.field_meta:
             usage = response.usage.model_dump(by_alias=True, exclude_none=True) if response.usage else None
@@ -177,13 +180,13 @@ class AgentLink:
 
     # --- internals -----------------------------------------------------------------------------
 
-    async def _request(self, awaitable: Awaitable[Any], what: str) -> Any:
+    async def _request(self, awaitable: Awaitable[T], what: str) -> T | Stop:
         """A setup request (initialize, session/new) within init_timeout_s: its answer, or a Stop."""
         assert self.process is not None
         request = asyncio.ensure_future(awaitable)
         await self._wait_or_exit(request, timeout=self.limits.init_timeout_s)
         if request.done():
-            return await self._outcome(request, what, lambda answer: answer)
+            return await self._outcome(request, what, _same)
         await _discard(request)
         if self.process.exited.is_set():
             return await self.failure()
@@ -191,7 +194,7 @@ class AgentLink:
             Terminal.FAILED, {"kind": "agent_timeout", "request": what, "timeout_s": self.limits.init_timeout_s}
         )
 
-    async def _outcome(self, request: asyncio.Future[Any], what: str, value: Any) -> Any:
+    async def _outcome(self, request: asyncio.Future[T], what: str, value: Callable[[T], R]) -> R | Stop:
         try:
             return value(request.result())
         except ConnectionError:
@@ -246,3 +249,7 @@ async def _discard(future: asyncio.Future[Any]) -> None:
     future.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await future
+
+
+def _same(answer: T) -> T:
+    return answer

@@ -16,8 +16,12 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the inference extra, imported where it is used
+    from llama_cpp.llama_types import CreateCompletionStreamResponse
 
 from ._config import load_config
 from ._kernel import Kernel
@@ -108,7 +112,8 @@ def _through_kernel(tasks: int, threads: int) -> tuple[list[dict[str, Any]], Any
 
 def _replay(model_path: Path, traced: list[dict[str, Any]], *, threads: int) -> list[dict[str, Any]]:
     """The traced completions again, through llama-cpp-python with no harness around it."""
-    from llama_cpp import Llama, LlamaGrammar
+    from llama_cpp import Llama
+    from llama_cpp.llama_grammar import LlamaGrammar
 
     llama = Llama(model_path=str(model_path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, seed=42,
                   verbose=False)  # fmt: skip
@@ -131,12 +136,17 @@ def _replay(model_path: Path, traced: list[dict[str, Any]], *, threads: int) -> 
         grammar = request["grammar"]
         started = time.perf_counter()
         first = last = started
-        chunks = []
-        for chunk in llama.create_completion(
-            request["prompt"], grammar=grammar_for(request["grammar_source"]), max_tokens=request["max_tokens"],
-            temperature=0.0, seed=42,
-            stop=[":"] if grammar == "head" else ["<|im_end|>"], stream=True,
-        ):  # fmt: skip
+        chunks: list[str] = []
+        stream: Iterator[CreateCompletionStreamResponse] = llama.create_completion(  # type: ignore[assignment]
+            request["prompt"],
+            grammar=grammar_for(request["grammar_source"]),
+            max_tokens=request["max_tokens"],
+            temperature=0.0,
+            seed=42,
+            stop=[":"] if grammar == "head" else ["<|im_end|>"],
+            stream=True,
+        )  # fmt: skip  (stream=True: an iterator of chunks, which the union return type does not say)
+        for chunk in stream:
             now = time.perf_counter()
             if not chunks:
                 first = now

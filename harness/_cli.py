@@ -213,7 +213,7 @@ async def _read_line(prompt: str) -> str:
             text = input(prompt)
         except EOFError:
             text = ""
-        loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(text))
+        loop.call_soon_threadsafe(_settle, answer, text)
 
     threading.Thread(target=ask, daemon=True, name="interactive-permission").start()
     return await answer
@@ -221,3 +221,9 @@ async def _read_line(prompt: str) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _settle(answer: asyncio.Future[str], text: str) -> None:
+    """Answer the prompt unless it was already settled (cancelled by the run's end)."""
+    if not answer.done():
+        answer.set_result(text)

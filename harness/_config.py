@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -31,6 +32,7 @@ __all__ = [
     "RuleConfig",
     "SandboxConfig",
     "TaskConfig",
+    "Trigger",
     "load_config",
     "parse_config",
 ]
@@ -190,7 +192,7 @@ class QueueConfig(_Strict):
     repo: str | None = None  # owner/name
     assignee: str | None = None  # the agent's login
     token_env: str = "GITHUB_TOKEN"  # the name of the environment variable holding the token
-    on_complete: list[CompleteAction] = Field(default_factory=lambda: ["comment", "close"])
+    on_complete: list[CompleteAction] = Field(default_factory=lambda: list[CompleteAction](["comment", "close"]))
     base_branch: str = "main"  # where proposals (pull requests) are opened against
     request_timeout_s: float = Field(default=10.0, gt=0)
 
@@ -228,12 +230,19 @@ HOST_TOOLS = ("get_issue", "open_proposal", "submit_review", "get_commits_status
 HOST_SERVER_NAME = "loop-harness-host"  # the host tools' entry in session/new mcpServers
 
 
+class Trigger(StrEnum):
+    """What a role drains (`role.trigger`)."""
+
+    ISSUE_ASSIGNED = "IssueAssigned"  # issues assigned to the agent
+    PROPOSAL_AWAITING_REVIEW = "ProposalAwaitingReview"  # proposals whose review is requested from it
+
+
 class RoleConfig(_Strict):
     """A prompt prefix, the host tools the agent may use (empty: all), what it drains, and when it is done."""
 
     prompt: str = ""
     tools: list[str] = Field(default_factory=list)
-    trigger: Literal["IssueAssigned", "ProposalAwaitingReview"] = "IssueAssigned"
+    trigger: Trigger = Trigger.ISSUE_ASSIGNED
     termination: Literal["ProposalOpened", "ReviewSubmitted"] | None = None
 
     @field_validator("tools")

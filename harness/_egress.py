@@ -31,7 +31,7 @@ _MAX_HEAD = 64 << 10  # a request line and headers beyond this are not a proxy r
 class Egress:
     """Unix sockets the sandbox's bridge reaches: the filtering proxy, and a relay to the host-tools server."""
 
-    def __init__(self, run_dir: Path, judge: Callable[[str], Verdict], record: Callable[..., None]) -> None:
+    def __init__(self, run_dir: Path, judge: Callable[[str], Verdict], record: Callable[..., object]) -> None:
         self.proxy_socket = str(run_dir / "proxy.sock")
         self.tools_socket = str(run_dir / "tools.sock")
         self.tools_port: int | None = None  # the host-tools server's loopback port, once it serves

@@ -12,21 +12,21 @@ keeps them all. This module is transport-free: `_mcp_host.py` serves it over MCP
 
 from __future__ import annotations
 
-import functools
 import json
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pygit2
 
-from ._config import HOST_TOOLS
 from ._terminals import Stop
-from .queues import QueueProvider, Task
+from .queues import HostToolProvider, QueueProvider, Task, TaskKind
 
 __all__ = ["DEFAULT_TOOLS", "TOOL_SPECS", "HostToolError", "HostTools", "TaskBinding"]
+
+T = TypeVar("T")
 
 TOOL_SPECS: dict[str, dict[str, Any]] = {
     "get_issue": {
@@ -65,11 +65,15 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
         "inputSchema": {"type": "object", "properties": {}},
     },
 }
-DEFAULT_TOOLS = tuple(TOOL_SPECS)
-assert DEFAULT_TOOLS == HOST_TOOLS  # the config validates role allowlists against the same names
+DEFAULT_TOOLS = tuple(TOOL_SPECS)  # the config's HOST_TOOLS, which role allowlists are checked against (a test)
 
 
-HostCall = Callable[..., Awaitable[Any]]  # HostCalls.call: (op, fn) -> result, or a Stop
+class HostCall(Protocol):
+    """`HostCalls.call`: `await fn(*args)` under the run's retry rules: its result, or a Stop."""
+
+    def __call__(
+        self, op: str, fn: Callable[..., Awaitable[T]], *args: Any, retry: bool = True
+    ) -> Awaitable[T | Stop]: ...
 
 
 class HostToolError(Exception):
@@ -115,23 +119,25 @@ class HostTools:
             if task.branch:
                 result["branch"] = task.branch
         elif name == "open_proposal":
-            if task.kind != "issue":
+            if task.kind is not TaskKind.ISSUE:
                 raise HostToolError("open_proposal works on an issue, and this task is a proposal to review")
             head = self._head_branch(arguments.get("branch"))
             title, body = str(arguments.get("title") or task.title), str(arguments.get("body") or "")
-            result = await self._host(binding, "open_proposal", task, title=title, body=body, head=head)
+            result = await self._host(binding, "open_proposal", lambda h: h.open_proposal(task, title=title, body=body,
+                                                                                          head=head))  # fmt: skip
         elif name == "submit_review":
-            if task.kind != "proposal":
+            if task.kind is not TaskKind.PROPOSAL:
                 raise HostToolError("submit_review needs a proposal to review, and this task is an issue")
             verdict = arguments.get("verdict")
             if verdict not in ("approve", "request_changes", "comment"):
                 raise HostToolError(f"verdict must be approve, request_changes or comment (got {verdict!r})")
+            body = str(arguments.get("body", ""))
             result = await self._host(
-                binding, "submit_review", task, verdict=verdict, body=str(arguments.get("body", ""))
+                binding, "submit_review", lambda h: h.submit_review(task, verdict=verdict, body=body)
             )
         elif name == "get_commits_status":
             ref = str(arguments.get("ref") or task.branch or self._head_sha())
-            result = {"ref": ref, **await self._host(binding, "commits_status", ref)}
+            result = {"ref": ref, **await self._host(binding, "commits_status", lambda h: h.commits_status(ref))}
         elif name == "plan_verification":
             result = self._plan(task)
         else:
@@ -139,13 +145,15 @@ class HostTools:
         binding.used.append(name)
         return result
 
-    async def _host(self, binding: TaskBinding, operation: str, *args: Any, **kwargs: Any) -> Any:
+    async def _host(
+        self, binding: TaskBinding, operation: str, call: Callable[[HostToolProvider], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
         """One host operation under the run's retry rules; a host that stays unusable is a tool error
         for the agent, and its Stop is kept for the task's end (a termination it blocked)."""
-        method = getattr(self.provider, operation, None)
-        if method is None:
-            raise HostToolError(f"the {self.provider.name} host does not support {operation}")
-        outcome = await self.host_calls(operation, functools.partial(method, *args, **kwargs))
+        provider = self.provider
+        if not isinstance(provider, HostToolProvider):
+            raise HostToolError(f"the {provider.name} host does not support {operation}")
+        outcome = await self.host_calls(operation, lambda: call(provider))
         if isinstance(outcome, Stop):
             if outcome.reason.get("kind") != "host_rejected":  # a refusal (403/404/422) is an answer, not a host down
                 binding.host_stops[operation] = outcome
@@ -189,7 +197,7 @@ class HostTools:
         base = _resolve(repo, "main") or _resolve(repo, "master")
         if head is not None and base is not None:
             diff = repo.diff(repo.merge_base(head, base) or base, head)
-            changed = sorted({d.delta.new_file.path for d in diff})
+            changed = sorted({patch.delta.new_file.path for patch in diff if patch is not None})
         steps = [
             f"read the change on {task.branch or 'the working branch'}"
             + (f" ({len(changed)} file(s): {', '.join(changed[:10])})" if changed else ""),

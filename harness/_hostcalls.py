@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._config import QueueConfig
 from ._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
@@ -24,7 +24,12 @@ from ._preconditions import blocked
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 
+if TYPE_CHECKING:
+    from .queues import QueueProvider
+
 __all__ = ["HostCalls"]
+
+T = TypeVar("T")
 
 MAX_BACKOFF_S = 60.0
 
@@ -46,11 +51,11 @@ class HostCalls:
         self._clock = clock
         self._jitter = jitter
 
-    async def authorize(self, provider: Any) -> Stop | None:
+    async def authorize(self, provider: QueueProvider) -> Stop | None:
         outcome = await self.call("check_authorized", provider.check_authorized)
         return outcome if isinstance(outcome, Stop) else None
 
-    async def call(self, op: str, fn: Callable[..., Awaitable[Any]], *args: Any, retry: bool = True) -> Any:
+    async def call(self, op: str, fn: Callable[..., Awaitable[T]], *args: Any, retry: bool = True) -> T | Stop:
         """`await fn(*args)` with retries; a `Stop` when the host cannot be used."""
         retries = 0
         while True:
@@ -98,5 +103,5 @@ class HostCalls:
         return max(0.0, reset_at - self._clock())
 
     def _backoff(self, retries: int) -> float:
-        base = min(self.config.backoff_base_s * 2**retries, MAX_BACKOFF_S)
+        base = min(self.config.backoff_base_s * 2.0**retries, MAX_BACKOFF_S)
         return base * (0.5 + 0.5 * self._jitter())

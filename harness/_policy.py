@@ -30,7 +30,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -211,7 +211,7 @@ class Policy:
     def approvals(self, tool_call: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
         """The interactive path: what a person's allow of this tool call lets fs/* and terminal/* reach."""
         kind = TOOL_KIND_TO_RULE_KIND.get(str(tool_call.get("kind")))
-        raw = tool_call.get("rawInput") if isinstance(tool_call.get("rawInput"), Mapping) else {}
+        raw: Mapping[str, Any] = tool_call["rawInput"] if isinstance(tool_call.get("rawInput"), Mapping) else {}
         approved: set[tuple[str, str]] = set()
         try:
             if kind in ("read", "write"):
@@ -774,7 +774,7 @@ def _pick(options: Sequence[tuple[str, str]], kinds: tuple[str, ...]) -> str | N
     return None
 
 
-def _safely(judge: Any, *args: Any) -> Verdict:
+def _safely(judge: Callable[..., Verdict], *args: Any) -> Verdict:
     """Anything a request makes the policy trip over is a refusal, never an exception (an `IndexError` from
     an odd argv is the agent's doing; one that escaped would end the run as the kernel's crash)."""
     try:

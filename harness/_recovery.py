@@ -216,7 +216,7 @@ def _repair_and_end(f: Any, reason: dict[str, Any]) -> dict[str, Any]:
     if last.get("type") == "terminal":
         return {"already_ended": True, **extra}
     t = last.get("t") if isinstance(last.get("t"), (int, float)) else 0.0  # the transcript schema's number
-    record = {"seq": int(last.get("seq") or 0) + 1, "t": t, "type": "terminal", "terminal": "Failed",
+    record: dict[str, Any] = {"seq": int(last.get("seq") or 0) + 1, "t": t, "type": "terminal", "terminal": "Failed",
               "reason": {**reason, **extra}, "tasks": []}  # fmt: skip
     f.seek(0, os.SEEK_END)
     f.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
@@ -230,7 +230,7 @@ def _line_start(f: Any, end: int, block: int = 1 << 20) -> int:
     while position > 0:
         start = max(0, position - block)
         f.seek(start)
-        found = f.read(position - start).rfind(b"\n")
+        found: int = f.read(position - start).rfind(b"\n")
         if found >= 0:
             return start + found + 1
         position = start

@@ -126,7 +126,7 @@ class AgentProcess:
                 return
             raise ConnectionError("agent stdin is closed")
         if message.get("method") == "session/prompt":
-            self._prompts[message.get("id")] = (message.get("params") or {}).get("sessionId")
+            self._prompts[message.get("id")] = str((message.get("params") or {}).get("sessionId"))
         self.transcript.record("rpc", dir="out", msg=message)
         try:
             stdin.write(data)

@@ -73,9 +73,9 @@ class ScriptedAgent:
             elif "id" in message:
                 self._request(message)
             elif message["method"] == "session/cancel":
-                session = self.sessions.get((message.get("params") or {}).get("sessionId"))
-                if session is not None:
-                    session.cancel.set()
+                cancelled = self.sessions.get(str((message.get("params") or {}).get("sessionId")))
+                if cancelled is not None:
+                    cancelled.cancel.set()
         self.wire.closed.set()
 
     def _request(self, message: dict[str, Any]) -> None:
@@ -107,14 +107,14 @@ class ScriptedAgent:
                 self.sessions.popitem(last=False)
             self.wire.respond(request_id, {"sessionId": session.id})
         elif method == "session/close":
-            self.sessions.pop(params.get("sessionId"), None)
+            self.sessions.pop(str(params.get("sessionId")), None)
             self.wire.respond(request_id, {})
         elif method == "session/prompt":
-            session = self.sessions.get(params.get("sessionId"))
-            if session is None:
+            prompted = self.sessions.get(str(params.get("sessionId")))
+            if prompted is None:
                 self.wire.respond_error(request_id, -32602, "Invalid params", {"sessionId": "unknown session"})
                 return
-            worker = threading.Thread(target=self._prompt, args=(session, params, request_id), daemon=True)
+            worker = threading.Thread(target=self._prompt, args=(prompted, params, request_id), daemon=True)
             worker.start()
         else:
             self.wire.respond_error(request_id, -32601, "Method not found", {"method": method})
@@ -377,7 +377,8 @@ class _Player:
         request = urllib.request.Request(server["url"], data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
-                return json.loads(response.read())
+                answer: dict[str, Any] = json.loads(response.read())
+                return answer
         except urllib.error.HTTPError as exc:
             return {"error": {"code": exc.code, "message": exc.read().decode(errors="replace")}}
 

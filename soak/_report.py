@@ -144,7 +144,7 @@ def _write_plots(result: SoakResult, directory: Path) -> list[Path]:
         if not values or all(v is None for v in values):
             continue
         figure, axes = pyplot.subplots(figsize=(8, 3.5))
-        axes.plot(tasks[: len(values)], [None if v is None else v / scale for v in values], linewidth=1)
+        axes.plot(tasks[: len(values)], [float("nan") if v is None else v / scale for v in values], linewidth=1)
         axes.axvspan(0, result.bounds.warmup, color="0.9", label="warm-up (excluded)")
         slope_limit = _slope_line(result, metric)
         if slope_limit is not None:  # the bound that decides: growth at the limit from the baseline on

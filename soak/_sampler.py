@@ -58,13 +58,15 @@ class SampleTable:
     """
 
     def __init__(self, capacity: int) -> None:
-        self._columns = {name: array("d" if name == "seconds" else "q", bytes(8 * capacity)) for name in FIELDS}
+        self._columns: dict[str, array[Any]] = {
+            name: array("d" if name == "seconds" else "q", bytes(8 * capacity)) for name in FIELDS
+        }
         self._count = 0
 
     def __len__(self) -> int:
         return self._count
 
-    def append(self, values: tuple[float, ...]) -> None:
+    def append(self, values: tuple[float | None, ...]) -> None:
         for name, value in zip(FIELDS, values, strict=True):
             self._columns[name][self._count] = MISSING if value is None else value
         self._count += 1
@@ -77,7 +79,7 @@ class SampleTable:
         """The samples as objects (built on demand, for the checks and the report)."""
         rows = []
         for i in range(self._count):
-            values = {name: column[i] for name, column in self._columns.items()}
+            values: dict[str, Any] = {name: column[i] for name, column in self._columns.items()}
             for name in ("agent_rss", "agent_fds", "agent_threads"):
                 values[name] = None if values[name] == MISSING else values[name]
             rows.append(Sample(**values))
@@ -94,12 +96,16 @@ def kernel_counters(process: psutil.Process | None = None) -> Counters:
     )
 
 
-def take_sample(task: int, started: float, agent: psutil.Process | None, transcript_bytes: int) -> tuple[float, ...]:
+def take_sample(
+    task: int, started: float, agent: psutil.Process | None, transcript_bytes: int
+) -> tuple[float | None, ...]:
     """The values of one Sample, in field order (a tuple: SampleTable stores them in place)."""
     me = psutil.Process()
     memory = me.memory_full_info()
     counters = kernel_counters(me)
-    agent_rss = agent_fds = agent_threads = None
+    agent_rss: int | None = None
+    agent_fds: int | None = None
+    agent_threads: int | None = None
     if agent is not None:
         with contextlib.suppress(psutil.NoSuchProcess):
             agent_rss, agent_fds, agent_threads = agent_tree(agent)

@@ -52,7 +52,7 @@ async def _serve(agent: object, rpc: IO[bytes]) -> None:
     from acp import run_agent, stdio_streams
 
     # acp.stdio_streams() wraps whatever sys.stdout is: give it the private duplicate.
-    sys.stdout = rpc  # type: ignore[assignment]
+    sys.stdout = rpc
     try:
         reader, writer = await stdio_streams(limit=64 << 20)
     finally:

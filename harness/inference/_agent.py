@@ -17,7 +17,7 @@ import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from acp import RequestError
 from acp.schema import (
@@ -28,8 +28,10 @@ from acp.schema import (
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
+    StopReason,
     ToolCallLocation,
     ToolCallUpdate,
+    ToolKind,
     Usage,
 )
 
@@ -114,7 +116,7 @@ class InferenceAgent:
         timings = {"ttftSeconds": 0.0, "decodeSeconds": 0.0, "decodeTokens": 0, "steps": 0, "invalidSteps": 0}
         stop_reason = await self._turn(session_id, session, timings)
         return PromptResponse(
-            stop_reason=stop_reason,
+            stop_reason=cast(StopReason, stop_reason),
             usage=Usage(
                 input_tokens=session.input_tokens,
                 output_tokens=session.output_tokens,
@@ -193,7 +195,7 @@ class InferenceAgent:
         await self._update(session_id, {"sessionUpdate": "tool_call", **call})
         answer = await self._conn.request_permission(
             session_id=session_id,
-            tool_call=ToolCallUpdate(tool_call_id=call_id, title=title, kind=kind, raw_input=raw_input,
+            tool_call=ToolCallUpdate(tool_call_id=call_id, title=title, kind=cast(ToolKind, kind), raw_input=raw_input,
                                      locations=locations),
             options=OPTIONS,
         )  # fmt: skip
@@ -241,7 +243,7 @@ class InferenceAgent:
             if not (fs and fs.read_text_file):
                 return "the client cannot read files"
             read = await self._conn.read_text_file(session_id=session_id, path=raw_input["path"])
-            return read.content
+            return str(read.content)
         if not getattr(self._caps, "terminal", False):
             return "the client cannot run commands"
         created = await self._conn.create_terminal(

@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # llama_cpp is imported at run time only once the fd guard is in place
+    from llama_cpp.llama_types import CreateCompletionStreamResponse
 
 from ._prompting import TOOLS, head_grammar_text
 
@@ -39,7 +43,8 @@ class LocalModel:
     def __init__(
         self, path: Path, *, seed: int = 42, threads: int = 2, n_ctx: int = 4096, trace: Path | None = None
     ) -> None:
-        from llama_cpp import Llama, LlamaGrammar  # imported here: only once the fd guard is in place
+        from llama_cpp import Llama  # imported here: only once the fd guard is in place
+        from llama_cpp.llama_grammar import LlamaGrammar
 
         self._grammar_type = LlamaGrammar
         self.llama = Llama(
@@ -118,7 +123,7 @@ class LocalModel:
         started = time.perf_counter()
         first = last = None
         text = []
-        stream = self.llama.create_completion(
+        stream: Generator[CreateCompletionStreamResponse] = self.llama.create_completion(  # type: ignore[assignment]
             prompt,
             grammar=compiled,
             max_tokens=max_tokens,

@@ -68,7 +68,7 @@ class ModelLock:
             raise LockError(f"cannot read {path}: {exc}") from None
         models = {name: _entry(name, spec, path) for name, spec in (data.get("models") or {}).items()}
         default = data.get("default")
-        if default not in models:
+        if not isinstance(default, str) or default not in models:
             raise LockError(f"{path}: default = {default!r} names no [models.*] entry")
         return cls(path, default, models)
 

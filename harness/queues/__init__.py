@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from .._config import QueueConfig
-from .github import GitHubAssignedIssueProvider
+from .github import GitHubAssignedIssueProvider, GitHubProvider
 from .memory import MemoryQueueProvider
-from .protocol import QueueProvider, Task
+from .protocol import HostToolProvider, QueueProvider, Task, TaskKind, Trigger
 
-__all__ = ["GitHubAssignedIssueProvider", "MemoryQueueProvider", "QueueProvider", "Task", "make_provider"]
+__all__ = [
+    "GitHubAssignedIssueProvider",
+    "GitHubProvider",
+    "HostToolProvider",
+    "MemoryQueueProvider",
+    "QueueProvider",
+    "Task",
+    "TaskKind",
+    "Trigger",
+    "make_provider",
+]
 
 
-def make_provider(config: QueueConfig, *, trigger: str = "IssueAssigned") -> QueueProvider:
+def make_provider(config: QueueConfig, *, trigger: Trigger = Trigger.ISSUE_ASSIGNED) -> QueueProvider:
     """The provider a config names, serving the queue of the role's trigger."""
     if config.provider == "github":
-        return GitHubAssignedIssueProvider(config, trigger=trigger)
+        return GitHubProvider(config, trigger=trigger)
     return MemoryQueueProvider.from_config(config, trigger=trigger)

@@ -21,20 +21,20 @@ from typing import Any
 
 import httpx
 
-from .._config import QueueConfig
+from .._config import QueueConfig, Trigger
 from .._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
-from .protocol import Task
+from .protocol import Task, TaskKind
 
-__all__ = ["GitHubAssignedIssueProvider"]
+__all__ = ["GitHubAssignedIssueProvider", "GitHubProvider"]
 
 API_VERSION = "2022-11-28"
 MAX_PAGES = 100  # 10,000 items at per_page=100: beyond that a `next` link is looping
 
 
-class GitHubAssignedIssueProvider:
+class GitHubProvider:
     name = "github"
 
-    def __init__(self, config: QueueConfig, *, trigger: str = "IssueAssigned") -> None:
+    def __init__(self, config: QueueConfig, *, trigger: Trigger = Trigger.ISSUE_ASSIGNED) -> None:
         assert config.repo is not None and config.assignee is not None
         self.config = config
         self.repo = config.repo
@@ -61,10 +61,10 @@ class GitHubAssignedIssueProvider:
 
     async def list_tasks(self) -> list[Task]:
         sort = {"sort": self.config.order, "direction": "asc", "per_page": "100"}
-        if self.trigger == "ProposalAwaitingReview":
+        if self.trigger is Trigger.PROPOSAL_AWAITING_REVIEW:
             pulls = await self._pages(f"/repos/{self.repo}/pulls", {"state": "open", **sort})
             return [
-                Task(str(p["number"]), p.get("title") or "", p.get("body") or "", "proposal", _head(p))
+                Task(str(p["number"]), p.get("title") or "", p.get("body") or "", TaskKind.PROPOSAL, _head(p))
                 for p in pulls
                 if self.assignee in {r.get("login") for r in p.get("requested_reviewers") or []}
             ]
@@ -76,7 +76,7 @@ class GitHubAssignedIssueProvider:
         ]
 
     async def mark_done(self, task: Task) -> None:
-        if task.kind == "proposal":
+        if task.kind is TaskKind.PROPOSAL:
             return None  # submitting the review answered the request
         path = f"/repos/{self.repo}/issues/{task.id}"
         done = self._done_actions.setdefault(task.id, set())
@@ -187,3 +187,6 @@ def _message(response: httpx.Response) -> str:
 def _head(pull: dict[str, Any]) -> str:
     head = pull.get("head")
     return str(head.get("ref", "")) if isinstance(head, dict) else ""
+
+
+GitHubAssignedIssueProvider = GitHubProvider  # its first name, from when it served only assigned issues

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .._config import FaultConfig, QueueConfig
+from .._config import FaultConfig, QueueConfig, Trigger
 from .._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
-from .protocol import Task
+from .protocol import Task, TaskKind
 
 __all__ = ["MemoryQueueProvider"]
 
@@ -35,7 +35,7 @@ class MemoryQueueProvider:
         tasks: list[Task],
         *,
         proposals: list[Task] | None = None,
-        trigger: str = "IssueAssigned",
+        trigger: Trigger = Trigger.ISSUE_ASSIGNED,
         authorized: bool = True,
         faults: list[FaultConfig] | None = None,
     ) -> None:
@@ -50,7 +50,7 @@ class MemoryQueueProvider:
         self.reviews: list[dict[str, Any]] = []  # submitted through the host tools
 
     @classmethod
-    def from_config(cls, config: QueueConfig, *, trigger: str = "IssueAssigned") -> MemoryQueueProvider:
+    def from_config(cls, config: QueueConfig, *, trigger: Trigger = Trigger.ISSUE_ASSIGNED) -> MemoryQueueProvider:
         key = "created" if config.order == "created" else "updated"
 
         def ordered(items: list[Any]) -> list[Any]:
@@ -58,7 +58,7 @@ class MemoryQueueProvider:
             return sorted(items, key=lambda it: getattr(it, key) if getattr(it, key) is not None else positions[id(it)])
 
         tasks = [Task(t.id, t.title, t.body) for t in ordered(config.tasks)]
-        proposals = [Task(p.id, p.title, p.body, "proposal", p.branch) for p in ordered(config.proposals)]
+        proposals = [Task(p.id, p.title, p.body, TaskKind.PROPOSAL, p.branch) for p in ordered(config.proposals)]
         return cls(
             tasks, proposals=proposals, trigger=trigger, authorized=config.authorized, faults=list(config.faults)
         )
@@ -70,7 +70,7 @@ class MemoryQueueProvider:
     async def list_tasks(self) -> list[Task]:
         self.calls["list_tasks"] += 1
         self._maybe_fail("list_tasks", None)
-        return list(self._awaiting_review if self.trigger == "ProposalAwaitingReview" else self._open)
+        return list(self._awaiting_review if self.trigger is Trigger.PROPOSAL_AWAITING_REVIEW else self._open)
 
     async def mark_done(self, task: Task) -> None:
         self.calls["mark_done"] += 1
@@ -88,7 +88,7 @@ class MemoryQueueProvider:
         proposal = {"id": f"P{len(self.proposals) + 1}", "task": task.id, "title": title, "body": body, "head": head}
         self.proposals.append(proposal)
         # It now awaits review, for a reviewer role draining this host's proposal queue.
-        self._awaiting_review.append(Task(proposal["id"], title, body, "proposal", head))
+        self._awaiting_review.append(Task(proposal["id"], title, body, TaskKind.PROPOSAL, head))
         return {"id": proposal["id"], "head": head}
 
     async def submit_review(self, task: Task, *, verdict: str, body: str) -> dict[str, Any]:

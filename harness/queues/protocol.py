@@ -8,9 +8,17 @@ and the Blocked* terminals, so every provider gets the same semantics.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["QueueProvider", "Task"]
+from .._config import Trigger
+
+__all__ = ["HostToolProvider", "QueueProvider", "Task", "TaskKind", "Trigger"]
+
+
+class TaskKind(StrEnum):
+    ISSUE = "issue"  # from IssueAssigned
+    PROPOSAL = "proposal"  # from ProposalAwaitingReview
 
 
 @dataclass(frozen=True)
@@ -18,7 +26,7 @@ class Task:
     id: str
     title: str = ""
     body: str = ""
-    kind: str = "issue"  # "issue" (IssueAssigned) or "proposal" (ProposalAwaitingReview)
+    kind: TaskKind = TaskKind.ISSUE
     branch: str = ""  # a proposal's head branch
 
 
@@ -37,3 +45,18 @@ class QueueProvider(Protocol):
 
     async def aclose(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class HostToolProvider(QueueProvider, Protocol):
+    """A host that also serves the host tools' operations (both shipped providers do; a queue of your
+    own need not: the tools that need these then answer the agent that the host does not support them)."""
+
+    async def open_proposal(self, task: Task, *, title: str, body: str, head: str) -> dict[str, Any]:
+        """Open a proposal (pull request) from `head` for an issue task: its number and URL."""
+
+    async def submit_review(self, task: Task, *, verdict: str, body: str) -> dict[str, Any]:
+        """Submit a review of a proposal task: approve, request_changes or comment."""
+
+    async def commits_status(self, ref: str) -> dict[str, Any]:
+        """The combined check status of a commit or branch."""

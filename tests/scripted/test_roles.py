@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from fakegithub import FakeGitHub
 
 from harness import Terminal, load_config, read_transcript
+from harness._config import HOST_TOOLS, QueueConfig
+from harness._host_tools import DEFAULT_TOOLS, HostToolError, HostTools
 from harness.pytest_plugin import LOOP_SCRIPTED
-from harness.queues import make_provider
+from harness.queues import HostToolProvider, Task, make_provider
 from harness.testing import write_yaml
 from scripted_agents.presets import scenario, turn
 
@@ -319,3 +322,46 @@ def test_an_outage_in_another_tool_does_not_take_the_blame(scripted_scenario, ha
 
     assert host_calls(result) == [("get_commits_status", "error")]
     assert (result.terminal, result.reason["kind"]) == (Terminal.BLOCKED_AWAITING_INPUT, "termination")
+
+
+# --- the host tools' seam: what a queue provider of your own must (not) have ----------------------
+
+
+class _OwnQueue:
+    """A provider with only what the kernel needs (QueueProvider), none of the host tools' operations."""
+
+    name = "mine"
+
+    async def check_authorized(self) -> None: ...
+
+    async def list_tasks(self) -> list[Task]:
+        return []
+
+    async def mark_done(self, task: Task) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def _direct(op, fn, *args, retry=True):  # HostCalls.call without retries
+    return await fn(*args)
+
+
+def test_a_queue_of_your_own_needs_no_host_tool_operations(tmp_path):
+    tools = HostTools(_OwnQueue(), workspace=tmp_path, git_dir=None, base_branch="main", host_calls=_direct)
+    binding = tools.bind(Task("7", "seven"), [])
+
+    assert not isinstance(_OwnQueue(), HostToolProvider)
+    with pytest.raises(HostToolError, match=r"^the mine host does not support commits_status$"):
+        asyncio.run(tools.call(binding, "get_commits_status", {"ref": "abc123"}))
+    assert asyncio.run(tools.call(binding, "get_issue", {}))["id"] == "7"  # what needs no host still works
+    assert binding.used == ["get_issue"]
+
+
+def test_both_shipped_providers_serve_the_host_tools_and_the_config_knows_them_all():
+    memory = make_provider(QueueConfig(provider="memory", tasks=[{"id": "T1"}]))
+    github = make_provider(QueueConfig(provider="github", repo="o/r", assignee="bot"))
+    try:
+        assert isinstance(memory, HostToolProvider) and isinstance(github, HostToolProvider)
+    finally:
+        asyncio.run(github.aclose())
+    assert DEFAULT_TOOLS == HOST_TOOLS  # role allowlists are checked against the tools that exist
