@@ -35,7 +35,7 @@ from ._config import load_config
 from ._kernel import Kernel
 from ._terminals import Terminal
 from ._transport import agent_environment
-from .testing import loop_config, make_workspace, write_yaml
+from .testing import OUT_RULES, loop_config, make_workspace, write_yaml
 
 __all__ = ["bench_kernel"]
 
@@ -61,10 +61,7 @@ BENCH_SCENARIO = {
         }
     ]
 }
-BENCH_RULES = [
-    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
-    {"id": "write-out", "kind": "write", "paths": ["out/**"], "decision": "allow"},
-]
+BENCH_RULES = OUT_RULES
 
 
 def bench_kernel(*, tasks: int = 300, rounds: int = 3, as_json: bool = False) -> int:

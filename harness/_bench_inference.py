@@ -26,20 +26,9 @@ if TYPE_CHECKING:  # the inference extra, imported where it is used
 from ._config import load_config
 from ._kernel import Kernel
 from .models import resolve_model
-from .testing import inference_agent_command, inference_agent_env, make_workspace, write_yaml
+from .testing import DEMO_TASKS, OUT_RULES, inference_agent_command, inference_agent_env, make_workspace, write_yaml
 
 __all__ = ["bench_inference"]
-
-#: Tasks the pinned 135M model carries out (it drops the out/ prefix from some other file names).
-DEMO_TASKS = [
-    {"title": "Write a greeting", "body": "Create the file out/hello.txt containing the word hello."},
-    {"title": "Write a farewell", "body": "Create the file out/bye.txt containing the word goodbye."},
-    {"title": "Say thanks", "body": "Create the file out/thanks.txt containing the word thanks."},
-]
-RULES = [
-    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
-    {"id": "write-out", "kind": "write", "paths": ["out/**"], "decision": "allow"},
-]
 
 
 def bench_inference(*, tasks: int = 3, threads: int = 2, rounds: int = 3, as_json: bool = False) -> int:
@@ -101,7 +90,7 @@ def _through_kernel(tasks: int, threads: int) -> tuple[list[dict[str, Any]], Any
         config = {
             "workspace": str(workspace.path),
             "agent": {"command": command, "supports_permission_requests": True, "env": inference_agent_env()},
-            "policy": {"rules": RULES},
+            "policy": {"rules": OUT_RULES},
             "queue": {"tasks": queue},
             "limits": {"max_iterations": 4, "turn_timeout_s": 600},
             "transcripts": str(root / "runs"),

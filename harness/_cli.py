@@ -16,6 +16,7 @@ import json
 import signal
 import sys
 import threading
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,10 @@ if TYPE_CHECKING:  # the kernel (and the ACP SDK) load only for `run`
     from ._kernel import Kernel
     from ._results import RunResult
 
-__all__ = ["main"]
+__all__ = ["COMMANDS_GROUP", "main"]
+
+#: Entry points in this group are `register(subparsers)` functions adding a command (`set_defaults(handler=...)`).
+COMMANDS_GROUP = "loop_harness.commands"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,18 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         from ._models_cli import models_command
 
         return models_command(args.action, args.name)
-    if args.command == "soak":
-        from soak._cli import soak_command
-
-        return soak_command(
-            tasks=args.tasks,
-            report=args.report,
-            mode=args.mode,
-            agent=args.agent,
-            inject=args.inject,
-            warmup=args.warmup,
-            as_json=args.json,
-        )
+    handler = getattr(args, "handler", None)
+    if handler is not None:  # a command another package registered (loop_harness.commands)
+        return int(handler(args))
     if args.command == "bench":
         if args.what == "inference":
             from ._bench_inference import bench_inference
@@ -106,21 +101,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     models.add_argument("name", nargs="?", help="a model in models.lock (default: its default)")
 
-    soak = commands.add_parser("soak", help="drain many tasks and fail if a resource keeps growing")
-    soak.add_argument("--tasks", type=int, default=500, help="tasks to drain (default 500)")
-    soak.add_argument("--report", type=Path, metavar="DIR", help="write report.json, summary.md and plots here")
-    soak.add_argument("--mode", choices=["shared", "per-task"], default="shared", help="agent process per run or task")
-    soak.add_argument("--agent", choices=["scripted", "inference"], default="scripted", help="which agent")
-    soak.add_argument(
-        "--inject",
-        action="append",
-        default=[],
-        metavar="LEAK",
-        help="leak on purpose: fd, thread, child, memory, transcript (proves the checks fail)",
-    )
-    soak.add_argument("--warmup", type=int, help="tasks excluded from every check (default 50)")
-    soak.add_argument("--json", action="store_true", help="print the summary as JSON")
-
     bench = commands.add_parser("bench", help="benchmarks: the kernel vs a bare SDK client; inference vs bare llama")
     bench.add_argument("what", choices=["kernel", "inference"], help="what to measure")
     bench.add_argument("--tasks", type=int, help="tasks per side (default: kernel 300, inference 3)")
@@ -128,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, help="rounds; medians are reported (default: kernel 3, inference 5)")
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.add_argument("--sandbox", action="store_true", help="kernel: the OS sandbox on vs off, and a terminal's cost")
+
+    # Commands from other packages (the soak's `soak`): each registers its own parser and handler, so
+    # the kernel's CLI imports none of them.
+    for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        entry.load()(commands)
     return parser
 
 

@@ -24,7 +24,7 @@ import socket
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,8 @@ class Kernel:
         interactive_handler: answers permission requests when the rule list is empty.
         transcript_path: where the JSONL transcript goes (default: `default_transcript_path`).
         observer: called with every transcript record as it is written (progress, tests).
+        on_task_boundary: awaited between tasks, after a task completed and before the queue is listed
+            again, with the number completed so far in this run (the soak samples and checks there).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class Kernel:
         interactive_handler: InteractiveHandler | None = None,
         transcript_path: Path | None = None,
         observer: Callable[[dict[str, Any]], None] | None = None,
+        on_task_boundary: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.provider = provider or make_provider(config.queue, trigger=config.role.trigger)
@@ -95,6 +98,7 @@ class Kernel:
         self.interactive_handler = interactive_handler
         self.transcript_path = transcript_path or default_transcript_path(config)
         self.observer = observer
+        self.on_task_boundary = on_task_boundary
         self._status: dict[str, Any] = {"state": "new"}
         self._steering: list[str] = []
         self._cancel_requested = False
@@ -421,6 +425,8 @@ class Kernel:
         skipped: set[str] = set()
         last: TaskResult | None = None
         while True:
+            if last is not None and self.on_task_boundary is not None:
+                await self.on_task_boundary(len(completed))
             if self._cancel_requested:
                 return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "task_boundary"})
             refused = self._refused()

@@ -32,9 +32,6 @@ class Transcript:
         self._seq = 0
         self._t0 = time.monotonic()
 
-    def add_observer(self, observer: Observer) -> None:
-        self._observers.append(observer)
-
     def record(self, type: str, **fields: Any) -> dict[str, Any]:
         """Append one record and return it (with its sequence number and time)."""
         self._seq += 1

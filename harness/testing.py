@@ -28,6 +28,10 @@ from ._transcript import read_transcript
 
 __all__ = [
     "DEFAULT_RULES",
+    "DEMO_TASKS",
+    "OUT_RULES",
+    "READ_ALL",
+    "WRITE_OUT",
     "Workspace",
     "assert_transcript_complete",
     "assert_transcript_valid",
@@ -41,8 +45,19 @@ __all__ = [
     "write_yaml",
 ]
 
+READ_ALL: dict[str, Any] = {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"}
+WRITE_OUT: dict[str, Any] = {"id": "write-out", "kind": "write", "paths": ["out/**"], "decision": "allow"}
+#: Read anything, write under out/ (ignored by git, so tasks leave the tree clean): the benches and the soak.
+OUT_RULES: list[dict[str, Any]] = [READ_ALL, WRITE_OUT]
+#: Tasks the pinned 135M model carries out (it drops the out/ prefix from some other file names).
+DEMO_TASKS: list[dict[str, str]] = [
+    {"title": "Write a greeting", "body": "Create the file out/hello.txt containing the word hello."},
+    {"title": "Write a farewell", "body": "Create the file out/bye.txt containing the word goodbye."},
+    {"title": "Say thanks", "body": "Create the file out/thanks.txt containing the word thanks."},
+]
+
 DEFAULT_RULES: list[dict[str, Any]] = [
-    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    READ_ALL,
     {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
     {"id": "git", "kind": "execute", "commands": ["git *"], "decision": "allow"},
     {"id": "no-net", "kind": "network", "hosts": ["*"], "decision": "deny"},

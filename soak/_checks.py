@@ -49,6 +49,7 @@ class SoakError(AssertionError):
     def __init__(self, resource: str, message: str, *, baseline: Any, final: Any, extras: Any = None) -> None:
         super().__init__(f"{resource}: {message}")
         self.resource = resource
+        self.message = message
         self.baseline = baseline
         self.final = final
         self.extras = extras

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -13,7 +14,31 @@ from ._checks import Bounds
 from ._report import summary, write_report
 from ._runner import SoakRunner
 
-__all__ = ["soak_command"]
+__all__ = ["register", "soak_command"]
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`loop-harness soak`, added to the kernel's CLI through the `loop_harness.commands` entry point."""
+    soak = commands.add_parser("soak", help="drain many tasks and fail if a resource keeps growing")
+    soak.add_argument("--tasks", type=int, default=500, help="tasks to drain (default 500)")
+    soak.add_argument("--report", type=Path, metavar="DIR", help="write report.json, summary.md and plots here")
+    soak.add_argument("--mode", choices=["shared", "per-task"], default="shared", help="agent process per run or task")
+    soak.add_argument("--agent", choices=["scripted", "inference"], default="scripted", help="which agent")
+    soak.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="LEAK",
+        help="leak on purpose: fd, thread, child, memory, transcript (proves the checks fail)",
+    )
+    soak.add_argument("--warmup", type=int, help="tasks excluded from every check (default 50)")
+    soak.add_argument("--json", action="store_true", help="print the summary as JSON")
+    soak.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    return soak_command(tasks=args.tasks, report=args.report, mode=args.mode, agent=args.agent, inject=args.inject,
+                        warmup=args.warmup, as_json=args.json)  # fmt: skip
 
 
 def soak_command(

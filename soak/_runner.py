@@ -26,6 +26,8 @@ import psutil
 
 from harness import Kernel, Task, Terminal, parse_config
 from harness.testing import (
+    DEMO_TASKS,
+    OUT_RULES,
     inference_agent_command,
     inference_agent_env,
     make_workspace,
@@ -47,18 +49,8 @@ from ._sampler import Counters, Sample, SampleTable, kernel_counters, take_sampl
 
 __all__ = ["SoakResult", "SoakRunner"]
 
-RULES = [
-    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
-    {"id": "write-out", "kind": "write", "paths": ["out/**"], "decision": "allow"},
-    {"id": "git-status", "kind": "execute", "commands": ["git status*"], "decision": "allow"},
-]
+RULES = [*OUT_RULES, {"id": "git-status", "kind": "execute", "commands": ["git status*"], "decision": "allow"}]
 INFERENCE_RULES = [*RULES, {"id": "write-any", "kind": "write", "paths": ["**"], "decision": "allow"}]
-#: Tasks the pinned model completes (see harness/_bench_inference.py), cycled for the inference soak.
-INFERENCE_TASKS = [
-    ("Write a greeting", "Create the file out/hello.txt containing the word hello."),
-    ("Write a farewell", "Create the file out/bye.txt containing the word goodbye."),
-    ("Say thanks", "Create the file out/thanks.txt containing the word thanks."),
-]
 
 
 def scripted_turn(grow: bool) -> dict[str, Any]:
@@ -136,6 +128,7 @@ class SoakRunner:
         self._agent: psutil.Process | None = None
         self._transcript_total = 0
         self._started = 0.0
+        self._kernel: Kernel | None = None  # the shared-mode kernel, whose transcript size is sampled
 
     def run(self) -> SoakResult:
         started_tracing = not tracemalloc.is_tracing()
@@ -174,7 +167,7 @@ class SoakRunner:
         self._started = time.monotonic()
         if self.mode == "shared":
             kernel = Kernel(self._config(root, workspace.path, grow, 0), provider=_SoakQueue(self, self.tasks),
-                            observer=self._observe)  # fmt: skip
+                            observer=self._observe, on_task_boundary=self._shared_boundary)  # fmt: skip
             self._kernel = kernel
             result = await kernel.run()
             self._ended(result)
@@ -182,7 +175,6 @@ class SoakRunner:
         for index in range(self.tasks):
             config = self._config(root, workspace.path, grow, index)
             kernel = Kernel(config, provider=_SoakQueue(self, 1, first=index), observer=self._observe)
-            self._kernel = kernel
             result = await kernel.run()
             self._transcript_total += kernel.transcript_bytes
             if result.terminal is not Terminal.IDLE:
@@ -210,8 +202,8 @@ class SoakRunner:
 
     def task(self, index: int) -> Task:
         if self.agent_kind == "inference":
-            title, body = INFERENCE_TASKS[index % len(INFERENCE_TASKS)]
-            return Task(f"T{index + 1}", title, body)
+            demo = DEMO_TASKS[index % len(DEMO_TASKS)]  # the ones the pinned model completes
+            return Task(f"T{index + 1}", demo["title"], demo["body"])
         return Task(f"T{index + 1}", f"soak task {index + 1}", "Write out/result.txt and read it back.")
 
     def _observe(self, record: dict[str, Any]) -> None:
@@ -235,11 +227,16 @@ class SoakRunner:
 
     # --- at each task boundary -----------------------------------------------------------------
 
+    async def _shared_boundary(self, done: int) -> None:
+        if self.error is None:  # after a bound broke the queue lists nothing more: the run ends Idle
+            await self.boundary(done)
+
     async def boundary(self, done: int) -> bool:
         """Sample and check after task `done`; False stops the soak (a bound broke)."""
         self.injector.leak()
         gc.collect()  # garbage waiting for a collection is not a leak (cheap: see the freeze below)
-        transcript = self._transcript_total if self.mode == "per-task" else self._kernel.transcript_bytes
+        shared = self._kernel if self.mode == "shared" else None
+        transcript = shared.transcript_bytes if shared is not None else self._transcript_total
         agent = self._agent if self.mode == "shared" else None
         self.table.append(take_sample(done, self._started, agent, transcript))
         if self.progress is not None:
@@ -303,10 +300,15 @@ class SoakRunner:
                 self.figures[metric] = check_memory(self.table, b, metric=metric, limit=limit, ceiling=ceiling,
                                                     peak=peak)  # fmt: skip
             except MemoryGrowthError as error:
-                error.extras = {**(error.extras or {}), "tracemalloc_top": self._top_allocations()}
-                top = "\n".join(f"    {line}" for line in error.extras["tracemalloc_top"][:5])
-                error.args = (f"{error.args[0]}\n  top tracemalloc growth since the warm-up:\n{top}",)
-                raise
+                allocations = self._top_allocations()
+                top = "\n".join(f"    {line}" for line in allocations[:5])
+                raise MemoryGrowthError(
+                    error.resource,
+                    f"{error.message}\n  top tracemalloc growth since the warm-up:\n{top}",
+                    baseline=error.baseline,
+                    final=error.final,
+                    extras={**(error.extras or {}), "tracemalloc_top": allocations},
+                ) from None
         self.figures["transcript_bytes"] = check_transcript(self.table, b)
 
     def _finish(self) -> None:
@@ -325,27 +327,22 @@ class SoakRunner:
 
 
 class _SoakQueue:
-    """The soak's host: hands out the tasks, and runs the boundary checks when asked for more."""
+    """The soak's host: hands out the tasks until they are done or a bound broke."""
 
     name = "soak"
 
     def __init__(self, runner: SoakRunner, count: int, *, first: int = 0) -> None:
         self.runner = runner
         self.open = [runner.task(first + i) for i in range(count)]
-        self.done = 0
-        self.shared = runner.mode == "shared"
 
     async def check_authorized(self) -> None:
         return None
 
     async def list_tasks(self) -> list[Task]:
-        if self.shared and self.done and not await self.runner.boundary(self.done):
-            return []  # a bound broke: the kernel ends Idle, the runner reports the error
-        return list(self.open)
+        return [] if self.runner.error is not None else list(self.open)  # a broken bound ends the run Idle
 
     async def mark_done(self, task: Task) -> None:
         self.open = [t for t in self.open if t.id != task.id]
-        self.done += 1
 
     async def aclose(self) -> None:
         return None
