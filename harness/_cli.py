@@ -112,7 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     # Commands from other packages (the soak's `soak`): each registers its own parser and handler, so
     # the kernel's CLI imports none of them.
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
-        entry.load()(commands)
+        try:
+            entry.load()(commands)
+        except Exception as exc:  # a broken plugin loses its own command, never `run`
+            print(f"loop-harness: command {entry.name!r} ({entry.value}) not loaded: {exc!r}", file=sys.stderr)
     return parser
 
 
@@ -204,11 +207,11 @@ async def _read_line(prompt: str) -> str:
     return await answer
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _settle(answer: asyncio.Future[str], text: str) -> None:
     """Answer the prompt unless it was already settled (cancelled by the run's end)."""
     if not answer.done():
         answer.set_result(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

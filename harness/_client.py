@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from acp import RequestError
@@ -63,11 +63,6 @@ class TurnState:
 
     tool_calls: int = 0  # tool_call updates, of any kind
     client_calls: int = 0  # fs/* and terminal/create requests
-    refusals: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def acted(self) -> bool:
-        return self.tool_calls + self.client_calls > 0
 
 
 class KernelClient:
@@ -331,7 +326,6 @@ class KernelClient:
             "refusal": dict(verdict.reason),
             **_describe(target),
         }
-        self.turn.refusals.append(refusal)
         self.refusals.append(refusal)
         self._record(source, target, verdict, outcome="refused")
 

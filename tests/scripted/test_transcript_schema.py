@@ -32,6 +32,8 @@ POLICY = {"seq": 4, "t": 0.2, "type": "policy", "source": "fs/read_text_file", "
 def test_the_schema_names_every_record_type_the_kernel_writes():
     assert SCHEMA["properties"]["type"]["enum"] == [t.value for t in RecordType]
     assert set(SCHEMA["$defs"]["records"]) == {t.value for t in RecordType}
+    dispatch = {c["if"]["properties"]["type"]["const"]: c["then"]["$ref"] for c in SCHEMA["else"]["allOf"]}
+    assert dispatch == {t.value: f"#/$defs/records/{t.value}" for t in RecordType}
 
 
 def test_the_schema_holds_each_terminals_reason_kinds():

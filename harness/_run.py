@@ -1,0 +1,565 @@
+"""One run of the kernel: what it opened, and the loop over tasks and turns.
+
+`Kernel.run()` makes a `Run` once its transcript is open; the run's parts are made in order, each
+registering how it is closed with the run's `Teardown`:
+
+    Run(...)                 policy, host calls, git dir              (never optional)
+    run.prepare()            preconditions → sandbox → egress → client → agent link → host tools
+                             → `Agent` (client, link, host tools), or the Stop that prevented it
+    run.drain(agent, ...)    per task a session, per turn a prompt: `_turns` decides what follows
+    run.teardown.close()     agent, terminals, host tools, provider, egress, sandbox dir: in that order
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from ._agent_link import AgentLink
+from ._client import InteractiveHandler, KernelClient
+from ._commit import commit_task
+from ._completed import CompletedTasks
+from ._config import Config
+from ._egress import Egress
+from ._exec import ExecHost
+from ._hostcalls import HostCalls
+from ._policy import Policy
+from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state
+from ._recovery import TOKEN_VARIABLE, ActiveRuns
+from ._results import TaskResult
+from ._sandbox import PROXY_PORT, Sandbox, SandboxError, find_bwrap, plan_sandbox, sandbox_unavailable
+from ._terminals import Stop, Terminal
+from ._transcript import Transcript
+from ._transport import agent_environment
+from ._turns import PromptKind, TurnOutcome, after_turn, before_turn
+from .queues import QueueProvider, Task
+
+if TYPE_CHECKING:
+    from ._mcp_host import HostToolServer
+
+__all__ = ["Agent", "Controls", "Run", "RunState", "Teardown"]
+
+
+class RunState(StrEnum):
+    NEW = "new"  # made, not yet run
+    RUNNING = "running"
+    ENDED = "ended"  # its terminal is the transcript's last line
+
+
+@dataclass
+class Controls:
+    """What reaches a run from outside (another task, a signal handler, another thread): a user's
+    cancel, and steering for the next turn boundary. Made with the Kernel, before any event loop."""
+
+    cancel_requested: bool = False
+    steering: list[str] = field(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _event: asyncio.Event | None = None
+    _transcript: Transcript | None = None
+
+    def bind(self, transcript: Transcript) -> asyncio.Event:
+        """The running loop's cancel event (set already if a cancel came first)."""
+        self._loop, self._event, self._transcript = asyncio.get_running_loop(), asyncio.Event(), transcript
+        if self.cancel_requested:
+            self._event.set()
+        return self._event
+
+    def cancel(self) -> None:
+        self.cancel_requested = True
+        if self._event is not None:
+            self._in_loop(self._event.set)
+
+    def steer(self, text: str) -> None:
+        self._in_loop(self._queue, text)
+
+    def take_steering(self) -> list[str]:
+        notes, self.steering = self.steering, []
+        return notes
+
+    def _queue(self, text: str) -> None:
+        self.steering.append(text)
+        if self._transcript is not None and not self._transcript.closed:
+            self._transcript.record("steer_queued", text=text, pending=len(self.steering))
+
+    def _in_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed() or _running_loop() is loop:
+            fn(*args)
+        else:
+            loop.call_soon_threadsafe(fn, *args)
+
+
+class Teardown:
+    """How to close what a run opened, in a fixed order whatever was opened: stop serving the agent,
+    then release its terminals, ... Each step runs whatever the one before did; a failure is recorded."""
+
+    ORDER = ("agent", "terminals", "host_tools", "provider", "egress", "sandbox")
+
+    def __init__(self, transcript: Transcript) -> None:
+        self.transcript = transcript
+        self._steps: dict[str, Callable[[], Awaitable[None]]] = {}
+
+    def add(self, name: str, close: Callable[[], Awaitable[None]]) -> None:
+        assert name in self.ORDER, name
+        self._steps[name] = close
+
+    async def close(self) -> None:
+        steps, self._steps = self._steps, {}
+        for name in self.ORDER:
+            if name not in steps:
+                continue
+            try:
+                await steps[name]()
+            except Exception as exc:
+                if not self.transcript.closed:
+                    self.transcript.record("teardown_error", step=name, error=f"{type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True)
+class Agent:
+    """The started agent: the client that serves its requests, its link, and the host tools' MCP
+    server (None when the agent cannot use an HTTP MCP server)."""
+
+    client: KernelClient
+    link: AgentLink
+    host_tools: HostToolServer | None
+
+
+class Run:
+    """One `Kernel.run()`: made once its transcript is open; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        provider: QueueProvider,
+        *,
+        transcript: Transcript,
+        transcript_path: Path,
+        active: ActiveRuns,
+        marker: Path,
+        token: str,
+        controls: Controls,
+        interactive_handler: InteractiveHandler | None,
+        on_task_boundary: Callable[[int], Awaitable[None]] | None,
+        remembers: bool,
+    ) -> None:
+        self.config = config
+        self.provider = provider
+        self.transcript = transcript
+        self.transcript_path = transcript_path
+        self.active = active
+        self.marker = marker
+        self.token = token  # carried by every process the run starts (see _recovery)
+        self.controls = controls
+        self.cancel_event = controls.bind(transcript)
+        self.interactive_handler = interactive_handler
+        self.on_task_boundary = on_task_boundary
+        self.remembers = remembers
+        self.state = RunState.NEW
+        self.position: dict[str, Any] = {}  # mode, or the current task and iteration
+        self.teardown = Teardown(transcript)
+        self.teardown.add("provider", provider.aclose)
+        self.git_dir = find_git_dir(config.workspace)  # None: not a git worktree (a precondition says so)
+        self._repo: pygit2.Repository | None = None  # opened at the first git state read
+        self.policy = Policy(
+            config.policy.rules,
+            config.workspace,
+            protected_globs=config.policy.protected_paths,
+            protected_files=self._protected_files(),
+            masked_reads=config.sandbox.mode != "off",  # commands run where read denies are masked
+        )
+        self.host = HostCalls(config.queue, transcript, self._sleep_or_cancel)
+        self.agent: Agent | None = None  # once prepare() started it
+
+    # --- what the facade reads -----------------------------------------------------------------
+
+    @property
+    def rule_ids(self) -> list[str]:
+        return list(self.agent.client.rule_ids) if self.agent is not None else []
+
+    def refused(self) -> Stop | None:
+        """A refusal stops the run wherever it happened: in a turn, or in a call that came late."""
+        if self.agent is None or not self.agent.client.refusals:
+            return None
+        return Stop(Terminal.BLOCKED_POLICY, self.agent.client.refusals[0])
+
+    # --- preparing: preconditions, sandbox, agent ----------------------------------------------
+
+    async def prepare(self, *, single_prompt: bool) -> Agent | Stop:
+        """Everything before the first task: the started agent, or the Stop that prevented it."""
+        if not single_prompt:
+            stop = await self._activate()
+            if stop is not None:
+                return stop
+        planned = self._plan_sandbox()
+        if isinstance(planned, Stop):
+            return planned
+        sandbox, egress, tools_socket = None, None, None
+        if planned is not None:
+            sandbox, egress, tools_socket = await self._open_egress(*planned)
+        client = KernelClient(
+            policy=self.policy,
+            transcript=self.transcript,
+            exec_host=ExecHost(
+                self._confine({**agent_environment(), "GIT_TERMINAL_PROMPT": "0", TOKEN_VARIABLE: self.token}),
+                sandbox=sandbox,
+            ),
+            interactive_handler=self.interactive_handler,
+        )
+        self.teardown.add("terminals", client.exec_host.release_all)
+        link = AgentLink(
+            self.config.agent,
+            self.config.limits,
+            cwd=self.config.source.parent if self.config.source else Path.cwd(),
+            transcript=self.transcript,
+            client=client,
+            token=self.token,
+            on_spawn=lambda pid: self.active.agent_started(self.marker, pid),
+            confine=self._confine,
+            sandbox=sandbox,
+        )
+        self.teardown.add("agent", link.close)
+        self.agent = Agent(client, link, None)  # its refusals count from now on, even if the start fails
+        stop = await link.start()
+        if stop is not None:
+            return stop
+        self.agent = Agent(client, link, await self._start_host_tools(link, egress, tools_socket))
+        return self.agent
+
+    async def _activate(self) -> Stop | None:
+        if not self.config.agent.supports_permission_requests:
+            return blocked(
+                "agent_permission_support",
+                "the bound agent does not declare that it asks before acting "
+                "(set agent.supports_permission_requests: true for an agent that sends permission requests)",
+            )
+        if self.policy.interactive:
+            return blocked("policy_non_empty", "the policy has no rules: an empty policy is the interactive path")
+        return await self.host.authorize(self.provider) or self._check_git(left_by_task=None)
+
+    def _protected_files(self) -> list[Path]:
+        """The run's own files: its config, its role, its transcript (and their directory, when the
+        transcripts are kept inside the worktree)."""
+        files = [p for p in (self.config.source, self.config.role_source, self.transcript_path) if p]
+        transcripts = self.transcript_path.resolve().parent
+        if transcripts.is_relative_to(self.config.workspace.resolve()):
+            files.append(transcripts)
+        return files
+
+    def _confine(self, env: dict[str, str]) -> dict[str, str]:
+        """No directory on PATH the agent could plant a program in (`.venv/bin/git` under `write **`)."""
+        if "PATH" in env:
+            kept = self.policy.search_path(env["PATH"])
+            if kept != env["PATH"]:
+                dropped = [e for e in env["PATH"].split(os.pathsep) if e not in kept.split(os.pathsep)]
+                self.transcript.record("search_path_confined", dropped=dropped)
+            env["PATH"] = kept
+        return env
+
+    def _plan_sandbox(self) -> tuple[Sandbox, Path] | Stop | None:
+        """The OS sandbox for this run and its private directory, or a BlockedPrecondition saying why it
+        cannot start: never a silent run without one (None: the config turned it off)."""
+        settings = self.config.sandbox
+        if settings.mode == "off":
+            self.transcript.record("sandbox", mode="off")
+            return None
+        bwrap = find_bwrap(settings.bwrap)
+        cause = sandbox_unavailable(bwrap)
+        if cause is None and bwrap is not None:
+            run_dir = Path(tempfile.mkdtemp(prefix="loop-harness-run-"))
+            self.teardown.add("sandbox", lambda: asyncio.to_thread(shutil.rmtree, run_dir, True))
+            git_dirs = [self.git_dir, *_common_dir(self.git_dir)] if self.git_dir else []
+            try:
+                sandbox = plan_sandbox(settings, bwrap=bwrap, worktree=self.config.workspace,
+                                       rules=self.config.policy.rules,
+                                       protected_globs=(".git", ".git/**", *self.config.policy.protected_paths),
+                                       protected_files=[*self._protected_files(), self.transcript_path.parent],
+                                       git_dirs=git_dirs, run_dir=run_dir, agent_env=self.config.agent.env)  # fmt: skip
+                return sandbox, run_dir
+            except (SandboxError, OSError) as exc:
+                cause = f"the sandbox could not be planned: {exc}"
+        return blocked("sandbox_available", f"{cause}; to run without the OS sandbox set sandbox: {{mode: off}}",
+                       mode=settings.mode)  # fmt: skip
+
+    async def _open_egress(self, sandbox: Sandbox, run_dir: Path) -> tuple[Sandbox, Egress, socket.socket]:
+        """The sandbox's ways out, all through the kernel: the filtering proxy (when a network rule allows a
+        host) and the host-tools port, bound now so the agent's sandbox can relay it before the server runs."""
+        egress = Egress(run_dir, self.policy.judge_host, self.transcript.record)
+        self.teardown.add("egress", egress.close)
+        await egress.start()
+        tools_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.teardown.add("host_tools", _closer(tools_socket))  # until the server takes it over
+        tools_socket.bind(("127.0.0.1", 0))
+        port = tools_socket.getsockname()[1]
+        proxy = any(r.kind == "network" and r.decision == "allow" for r in self.policy.rules)
+        sandbox = dataclasses.replace(sandbox, proxy=(PROXY_PORT, egress.proxy_socket) if proxy else None,
+                                      tools=(port, egress.tools_socket))  # fmt: skip
+        self.transcript.record("sandbox", **sandbox.describe())
+        return sandbox, egress, tools_socket
+
+    async def _start_host_tools(
+        self, link: AgentLink, egress: Egress | None, tools_socket: socket.socket | None
+    ) -> HostToolServer | None:
+        """Serve the host's tools over MCP when the agent can use an HTTP MCP server."""
+        if not link.supports_http_mcp:
+            self.transcript.record("host_tools", served=False, why="the agent does not advertise mcpCapabilities.http")
+            return None
+        from ._host_tools import HostTools  # the MCP server costs ~0.5 s to import: only when it is used
+        from ._mcp_host import HostToolServer
+
+        tools = HostTools(self.provider, workspace=self.config.workspace, git_dir=self.git_dir,
+                          base_branch=self.config.queue.base_branch, host_calls=self.host.call)  # fmt: skip
+        server = HostToolServer(tools, self.transcript)
+        self.teardown.add("host_tools", server.stop)
+        await server.start(tools_socket)
+        if egress is not None:
+            egress.tools_port = server.port
+        self.transcript.record("host_tools", served=True, port=server.port,
+                               allowlist=self.config.role.tools or "all")  # fmt: skip
+        return server
+
+    # --- git at the boundaries -----------------------------------------------------------------
+
+    def _check_git(self, *, left_by_task: str | None, state: GitState | None = None) -> Stop | None:
+        state = state or self._git_state()
+        if state is None:
+            return blocked("git_worktree", f"{self.config.workspace} is not a git worktree")
+        stop = check_git(state, left_by_task=left_by_task)
+        self.transcript.record("preconditions", ok=stop is None, failed=dict(stop.reason) if stop else None)
+        return stop
+
+    def _git_state(self) -> GitState | None:
+        if self.git_dir is None:
+            return None
+        if self._repo is None:
+            self._repo = pygit2.Repository(str(self.git_dir))
+        return read_git_state(self.config.workspace, self.git_dir, self._repo)
+
+    # --- the queue -----------------------------------------------------------------------------
+
+    def _completed_store(self) -> CompletedTasks | None:
+        if not self.remembers:
+            return None
+        # The queue: this config, as written (an edited config is a fresh record), and what it drains.
+        written = hashlib.sha256(self.config.model_dump_json(exclude={"source", "role_source"}).encode()).hexdigest()
+        queue = f"{self.config.role.trigger}:{self.config.source or 'inline'}:{written}"
+        return CompletedTasks(self.transcript_path.parent, workspace=self.config.workspace, git_dir=self.git_dir,
+                              queue=queue)  # fmt: skip
+
+    async def drain(self, agent: Agent, tasks: list[TaskResult], *, only: str | None) -> Stop:
+        """Run the queue's tasks in order until it is empty (`only`: just that task)."""
+        completed: set[str] = set()
+        store = self._completed_store()
+        earlier = store.load() if store is not None else {}
+        skipped: set[str] = set()
+        last: TaskResult | None = None
+        while True:
+            if last is not None and self.on_task_boundary is not None:
+                await self.on_task_boundary(len(completed))
+            if self.controls.cancel_requested:
+                return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "task_boundary"})
+            refused = self.refused()
+            if refused is not None:
+                return refused
+            listing = await self.host.call("list_tasks", self.provider.list_tasks)
+            if isinstance(listing, Stop):
+                return listing
+            waiting = [t for t in listing if t.id not in completed and (only is None or t.id == only)]
+            for task in [t for t in waiting if t.id in earlier and t.id not in skipped]:  # said once per run
+                skipped.add(task.id)
+                reason = {"kind": "completed_earlier", **earlier[task.id]}
+                tasks.append(TaskResult(task.id, task.title, Terminal.COMPLETED, reason))
+                self.transcript.record("task_skipped", task={"id": task.id, "title": task.title}, reason=reason)
+                if only is not None:
+                    return Stop(Terminal.COMPLETED, reason)
+            waiting = [t for t in waiting if t.id not in skipped]
+            state = self._git_state() if last is not None else None  # one read per boundary
+            if last is not None:
+                last.left_changes = list(state.changes) if state else []
+            if not waiting:
+                if only is not None:
+                    return blocked("task_assigned", f"task {only!r} is not in the queue", task=only)
+                if store is not None:
+                    store.clear()  # the queue is drained: the next run of it starts afresh
+                idle = {"kind": "queue_empty", "completed": len(completed)}
+                return Stop(Terminal.IDLE, {**idle, "skipped_completed_earlier": len(skipped)} if skipped else idle)
+            if last is not None:
+                stop = await self.host.authorize(self.provider) or self._check_git(left_by_task=last.id, state=state)
+                if stop is not None:
+                    return stop
+            task = waiting[0]
+            result = await self._run_task(agent, task)
+            tasks.append(result)
+            if result.terminal is not Terminal.COMPLETED:
+                return Stop(result.terminal, result.reason)
+            if self.config.commit is not None:  # the kernel owns git: commit (and push) what the task did
+                committed = await commit_task(self.config.workspace, self.config.commit, task.id, task.title)
+                self.transcript.record("commit", task=task.id, **committed)
+            completed.add(task.id)  # skipped from now on, even if the host cannot mark it done
+            if store is not None:
+                try:
+                    store.add(task.id, self.transcript_path)  # and by the next run of this queue
+                except OSError as exc:
+                    self.transcript.record("completion_not_kept", task=task.id, error=exc.strerror or str(exc))
+            outcome = await self.host.call("mark_done", self.provider.mark_done, task)
+            if isinstance(outcome, Stop):
+                result.mark_done_error = dict(outcome.reason)
+            if only is not None:  # a single-task run ends with its task
+                state = self._git_state()
+                result.left_changes = list(state.changes) if state else []
+                return Stop(Terminal.COMPLETED, result.reason)
+            last = result
+
+    async def _run_task(self, agent: Agent, task: Task) -> TaskResult:
+        self.position = {"task": task.id, "iteration": 0}
+        self.transcript.record("task_start", task={"id": task.id, "title": task.title})
+        started = time.monotonic()
+        prompt = _task_prompt(self.config.role.prompt, task)
+        host_stops: dict[str, Stop] = {}
+        if agent.host_tools is None:
+            agent.client.begin_task()
+            stop, iterations = await self.session(agent, prompt, task=task)
+            used: list[str] = []
+        else:
+            binding = agent.host_tools.tools.bind(task, self.config.role.tools)
+            agent.client.begin_task(binding.allowed)
+            with agent.host_tools.serving(binding) as entry:
+                stop, iterations = await self.session(agent, prompt, task=task, mcp_servers=[entry])
+            used, host_stops = binding.used, binding.host_stops
+        stop = self._check_termination(stop, used, host_stops=host_stops)
+        result = TaskResult(
+            id=task.id,
+            title=task.title,
+            terminal=stop.terminal,
+            reason=dict(stop.reason),  # built for this task, not shared
+            rule_ids=list(agent.client.rule_ids),
+            iterations=iterations,
+            tokens=self._tokens(agent),
+            seconds=time.monotonic() - started,
+        )
+        self.transcript.record("task_end", **result.to_json())
+        return result
+
+    def _check_termination(self, stop: Stop, used: list[str], *, host_stops: dict[str, Stop]) -> Stop:
+        """After Completed, the role's termination must be met, or the run waits for a person; when the
+        tool it needs could not reach the host (rate limit, outage), that is why, and its terminal ends it."""
+        termination = self.config.role.termination
+        if stop.terminal is not Terminal.COMPLETED or termination is None:
+            return stop
+        needed = {"ProposalOpened": "open_proposal", "ReviewSubmitted": "submit_review"}[termination]
+        if needed in used:
+            return stop
+        if needed in host_stops:
+            return host_stops[needed]
+        reason = {
+            "kind": "termination",
+            "stop_reason": "termination",
+            "termination": termination,
+            "detail": f"the task completed without a successful {needed}",
+            "completed": dict(stop.reason),
+        }
+        return Stop(Terminal.BLOCKED_AWAITING_INPUT, reason)
+
+    # --- a session, turn by turn ---------------------------------------------------------------
+
+    async def session(
+        self, agent: Agent, first_prompt: str, *, task: Task | None, mcp_servers: list[dict[str, Any]] | None = None
+    ) -> tuple[Stop, int]:
+        """Run one session to its end: the stop, and the number of prompt rounds."""
+        meta = {"loopHarness": {"taskId": task.id, "title": task.title}} if task else {}
+        session_id = await agent.link.new_session(self.config.workspace, meta, mcp_servers or [])
+        if isinstance(session_id, Stop):
+            return session_id, 0
+        limits = self.config.limits
+        text, kind = first_prompt, str(PromptKind.TASK)
+        standing = iterations = 0
+        try:
+            while True:
+                stop = before_turn(iterations=iterations, max_iterations=limits.max_iterations,
+                                   cancel_requested=self.controls.cancel_requested)  # fmt: skip
+                if stop is not None:
+                    return stop, iterations
+                iterations += 1
+                self.position = {"task": task.id if task else None, "iteration": iterations}
+                text, kind = self._with_steering(text, kind)
+                turn = agent.client.begin_turn(session_id)
+                self.transcript.record("turn", iteration=iterations, prompt_kind=kind)
+                answer = await agent.link.prompt(session_id, text, cancel=self.cancel_event)
+                if isinstance(answer, Stop):
+                    return answer, iterations
+                refused = self.refused()
+                outcome = TurnOutcome(answer, turn.tool_calls, turn.client_calls, refused.reason if refused else None)
+                step = after_turn(outcome, single_prompt=task is None, standing=standing,
+                                  standing_answers=limits.standing_answers)  # fmt: skip
+                if isinstance(step, Stop):
+                    return step, iterations
+                text, kind, standing = step.text, str(step.kind), step.standing
+        finally:
+            await agent.client.exec_host.release_session(session_id)
+            await agent.link.end_session(session_id)
+
+    def _tokens(self, agent: Agent) -> dict[str, Any] | None:
+        """The task's token usage: the prompt answer's, else the last `usage_update` (Codex reports only
+        that: context tokens `used` of `size`)."""
+        if agent.link.last_usage:
+            return agent.link.last_usage
+        usage = agent.client.context_usage
+        return dict(usage) if usage else None
+
+    def _with_steering(self, text: str, kind: str) -> tuple[str, str]:
+        notes = self.controls.take_steering()
+        if not notes:
+            return text, kind
+        self.transcript.record("steer_delivered", count=len(notes))
+        steering = "\n".join(f"- {n}" for n in notes)
+        return f"{text}\n\nSteering from the operator (advisory):\n{steering}", f"{kind}+steering"
+
+    async def _sleep_or_cancel(self, seconds: float) -> bool:
+        """Sleep; True if a user cancel arrived meanwhile."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.cancel_event.wait(), seconds)
+        return self.cancel_event.is_set()
+
+
+def _closer(sock: socket.socket) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        sock.close()  # a no-op once the host-tools server has taken it over and closed it
+
+    return close
+
+
+def _common_dir(git_dir: Path) -> list[Path]:
+    """A linked worktree's git dir names the repository's shared one in `commondir`."""
+    try:
+        return [(git_dir / (git_dir / "commondir").read_text().strip()).resolve()]
+    except OSError:
+        return []
+
+
+def _task_prompt(prefix: str, task: Task) -> str:
+    parts = [prefix.strip()] if prefix.strip() else []
+    parts.append(f"Task {task.id}: {task.title}".rstrip(": "))
+    if task.body:
+        parts.append(task.body)
+    return "\n\n".join(parts)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
