@@ -32,6 +32,7 @@ __all__ = [
     "OUT_RULES",
     "READ_ALL",
     "WRITE_OUT",
+    "WRITE_SRC",
     "Workspace",
     "assert_transcript_complete",
     "assert_transcript_valid",
@@ -47,6 +48,7 @@ __all__ = [
 
 READ_ALL: dict[str, Any] = {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"}
 WRITE_OUT: dict[str, Any] = {"id": "write-out", "kind": "write", "paths": ["out/**"], "decision": "allow"}
+WRITE_SRC: dict[str, Any] = {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"}
 #: Read anything, write under out/ (ignored by git, so tasks leave the tree clean): the benches and the soak.
 OUT_RULES: list[dict[str, Any]] = [READ_ALL, WRITE_OUT]
 #: Tasks the pinned 135M model carries out (it drops the out/ prefix from some other file names).
@@ -58,7 +60,7 @@ DEMO_TASKS: list[dict[str, str]] = [
 
 DEFAULT_RULES: list[dict[str, Any]] = [
     READ_ALL,
-    {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+    WRITE_SRC,
     {"id": "git", "kind": "execute", "commands": ["git *"], "decision": "allow"},
     {"id": "no-net", "kind": "network", "hosts": ["*"], "decision": "deny"},
 ]

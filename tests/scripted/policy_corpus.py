@@ -16,11 +16,12 @@ from typing import Any
 
 from harness import Policy
 from harness._config import RuleConfig
+from harness.testing import READ_ALL, WRITE_SRC
 
 #: The careful user's policy of the review: read everything but the secret, write src/, a few commands.
 CAREFUL = [
-    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
-    {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+    READ_ALL,
+    WRITE_SRC,
     {"id": "no-secret", "kind": "write", "paths": ["src/secret/**"], "decision": "deny"},
     {"id": "no-secret-read", "kind": "read", "paths": ["src/secret/**"], "decision": "deny"},
     {"id": "status", "kind": "execute", "commands": ["git status"], "decision": "allow"},
@@ -37,7 +38,7 @@ CAREFUL = [
 OPEN = [
     {"id": "run-all", "kind": "execute", "commands": ["*"], "decision": "allow"},
     {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "allow"},
-    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    READ_ALL,
     {"id": "no-secrets", "kind": "write", "paths": ["**/secrets/**"], "decision": "deny"},
     {"id": "no-secrets-read", "kind": "read", "paths": ["**/secrets/**", "**/.env"], "decision": "deny"},
     {"id": "no-rm", "kind": "execute", "commands": ["rm *"], "decision": "deny"},

@@ -11,12 +11,13 @@ import pytest
 from harness import ConfigError, Policy, Terminal, read_transcript
 from harness._config import RuleConfig
 from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.testing import READ_ALL
 from scripted_agents.presets import scenario, turn
 
 pytestmark = LOOP_SCRIPTED
 
 EVERYTHING = [
-    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    READ_ALL,
     {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "allow"},
     {"id": "git", "kind": "execute", "commands": ["git *"], "decision": "allow"},
     {"id": "cd", "kind": "execute", "commands": ["cd *"], "decision": "allow"},

@@ -25,13 +25,14 @@ from harness._config import RuleConfig
 from harness._policy import Turn
 from harness._shell import Unparseable, parse_script
 from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.testing import READ_ALL, WRITE_SRC
 from scripted_agents.presets import commit_step, scenario, turn, write_turn
 
 pytestmark = LOOP_SCRIPTED
 
 CAREFUL = [
-    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
-    {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+    READ_ALL,
+    WRITE_SRC,
     {"id": "no-secret", "kind": "write", "paths": ["src/secret/**"], "decision": "deny"},
     {"id": "no-secret-read", "kind": "read", "paths": ["src/secret/**"], "decision": "deny"},
     {"id": "status", "kind": "execute", "commands": ["git status"], "decision": "allow"},

@@ -25,7 +25,7 @@ import pytest
 
 from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
-from harness.testing import DEFAULT_RULES, loop_config, make_workspace, write_yaml
+from harness.testing import DEFAULT_RULES, READ_ALL, WRITE_SRC, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 from tests.scripted.loopback import LoopbackServer
 
@@ -34,9 +34,9 @@ pytestmark = LOOP_SCRIPTED
 CLI = str(Path(sys.executable).parent / "loop-harness")
 MODES = ["workspace-write", "off"]
 RULES = [
-    {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
+    READ_ALL,
     {"id": "no-secrets", "kind": "read", "paths": ["**/secrets/**"], "decision": "deny"},
-    {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+    WRITE_SRC,
     {"id": "escape", "kind": "execute", "commands": ["python3 tools/escape.py"], "decision": "allow"},
     {"id": "sleep", "kind": "execute", "commands": ["sleep *"], "decision": "allow"},
 ]
