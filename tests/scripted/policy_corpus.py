@@ -19,13 +19,16 @@ from harness._config import RuleConfig
 from harness.testing import READ_ALL, WRITE_SRC
 
 #: The careful user's policy of the review: read everything but the secret, write src/, a few commands.
-CAREFUL = [
+CAREFUL_CORE = [
     READ_ALL,
     WRITE_SRC,
     {"id": "no-secret", "kind": "write", "paths": ["src/secret/**"], "decision": "deny"},
     {"id": "no-secret-read", "kind": "read", "paths": ["src/secret/**"], "decision": "deny"},
     {"id": "status", "kind": "execute", "commands": ["git status"], "decision": "allow"},
     {"id": "log", "kind": "execute", "commands": ["git log *"], "decision": "allow"},
+]
+CAREFUL = [
+    *CAREFUL_CORE,
     {"id": "ls", "kind": "execute", "commands": ["ls", "ls *"], "decision": "allow"},
     {"id": "cat", "kind": "execute", "commands": ["cat", "cat *"], "decision": "allow"},
     {"id": "echo", "kind": "execute", "commands": ["echo *"], "decision": "allow"},

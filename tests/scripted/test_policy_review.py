@@ -19,24 +19,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from policy_corpus import CAREFUL_CORE
 
 from harness import Policy, Terminal
 from harness._config import RuleConfig
 from harness._policy import Turn
 from harness._shell import Unparseable, parse_script
 from harness.pytest_plugin import LOOP_SCRIPTED
-from harness.testing import READ_ALL, WRITE_SRC
 from scripted_agents.presets import commit_step, scenario, turn, write_turn
 
 pytestmark = LOOP_SCRIPTED
 
 CAREFUL = [
-    READ_ALL,
-    WRITE_SRC,
-    {"id": "no-secret", "kind": "write", "paths": ["src/secret/**"], "decision": "deny"},
-    {"id": "no-secret-read", "kind": "read", "paths": ["src/secret/**"], "decision": "deny"},
-    {"id": "status", "kind": "execute", "commands": ["git status"], "decision": "allow"},
-    {"id": "log", "kind": "execute", "commands": ["git log *"], "decision": "allow"},
+    *CAREFUL_CORE,
     {"id": "diff", "kind": "execute", "commands": ["git diff *"], "decision": "allow"},
     {"id": "ls", "kind": "execute", "commands": ["ls", "ls *"], "decision": "allow"},
     {"id": "cat", "kind": "execute", "commands": ["cat", "cat *"], "decision": "allow"},
