@@ -22,6 +22,7 @@ from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementatio
 
 from ._client import KernelClient
 from ._config import AgentConfig, LimitsConfig
+from ._records import RecordType
 from ._recovery import TOKEN_VARIABLE
 from ._sandbox import Sandbox
 from ._terminals import Stop, Terminal
@@ -140,7 +141,7 @@ class AgentLink:
             return await self.failure()
         why = "user_cancel" if cancel.is_set() else "turn_timeout"
         agent_stop, killed = await self._cancel_turn(session_id, prompt)
-        self.transcript.record("turn_cancelled", why=why, agent_stop_reason=agent_stop, killed=killed)
+        self.transcript.record(RecordType.TURN_CANCELLED, why=why, agent_stop_reason=agent_stop, killed=killed)
         detail = {"agent_stop_reason": agent_stop, "killed": killed}
         if why == "user_cancel":
             return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn", **detail})
@@ -150,7 +151,7 @@ class AgentLink:
         # Token usage (and what the agent reports in _meta) goes on the record for the task.
         if response.usage is not None or response.field_meta:
             usage = response.usage.model_dump(by_alias=True, exclude_none=True) if response.usage else None
-            self.transcript.record("usage", usage=usage, meta=response.field_meta)
+            self.transcript.record(RecordType.USAGE, usage=usage, meta=response.field_meta)
             if usage:
                 self.last_usage = usage
         return str(response.stop_reason)

@@ -43,6 +43,7 @@ from acp.schema import (
 from ._exec import ExecHost, TerminalGone
 from ._files import read_beneath, write_beneath
 from ._policy import Policy, Turn, Verdict
+from ._records import RecordType
 from ._transcript import Transcript
 from ._transport import ARRIVAL
 
@@ -175,7 +176,7 @@ class KernelClient:
         if outcome.get("outcome") == "selected" and chosen is not None and chosen.kind.startswith("allow"):
             self.approvals |= self.policy.approvals(raw_call)  # fs/* and terminal/* may now reach it
         self.transcript.record(
-            "policy",
+            RecordType.POLICY,
             source="session/request_permission",
             decision="interactive",
             rule_ids=[],
@@ -337,7 +338,7 @@ class KernelClient:
                 if rule_id not in self.rule_ids:
                     self.rule_ids.append(rule_id)
         self.transcript.record(
-            "policy",
+            RecordType.POLICY,
             source=source,
             decision="allow" if verdict is not None and verdict.allowed else "refuse",
             rule_ids=list(verdict.rule_ids) if verdict else [],

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ._policy import Verdict
+from ._records import RecordType
 
 __all__ = ["Egress"]
 
@@ -92,13 +93,13 @@ class Egress:
     async def _refusal(self, host: str, port: int) -> str | None:
         """Why a connection to host:port is refused (None: allowed), recorded either way."""
         if self.tools_port is not None and host in ("127.0.0.1", "localhost") and port == self.tools_port:
-            self._record("egress", host=host, port=port, allowed=True, rule_ids=["host-tools"])
+            self._record(RecordType.EGRESS, host=host, port=port, allowed=True, rule_ids=["host-tools"])
             return None
         verdict = self._judge(host)
         why = None if verdict.allowed else f"no network rule allows {host}"
         if why is None and not _is_address(host) and host != "localhost" and await _resolves_to_loopback(host):
             why = f"{host} resolves to a loopback address: a rule must name the loopback host itself"
-        self._record("egress", host=host, port=port, allowed=why is None, rule_ids=list(verdict.rule_ids),
+        self._record(RecordType.EGRESS, host=host, port=port, allowed=why is None, rule_ids=list(verdict.rule_ids),
                      **({"why": why} if why else {}))  # fmt: skip
         return why
 

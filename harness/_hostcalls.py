@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._config import QueueConfig
 from ._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
 from ._preconditions import blocked
+from ._records import RecordType
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 
@@ -95,7 +96,7 @@ class HostCalls:
                     )
             retries += 1
             self.waited += delay
-            self.transcript.record("host_retry", op=op, cause=cause, retry=retries, delay_s=round(delay, 3))
+            self.transcript.record(RecordType.HOST_RETRY, op=op, cause=cause, retry=retries, delay_s=round(delay, 3))
             if await self._sleep_or_cancel(delay):
                 return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": f"host_wait:{op}"})
 

@@ -27,6 +27,7 @@ from ._agent_link import VERSION
 from ._client import InteractiveHandler
 from ._config import Config
 from ._exceptions import ConfigError
+from ._records import RecordType
 from ._recovery import ActiveRuns
 from ._results import RunResult, TaskResult
 from ._run import Controls, Run, RunState
@@ -148,7 +149,7 @@ class Kernel:
         )
         mode = "prompt" if prompt is not None else "task" if task_id is not None else "queue"
         transcript.record(
-            "run_start",
+            RecordType.RUN_START,
             mode=mode,
             kernel_version=VERSION,
             workspace=str(self.config.workspace),
@@ -159,7 +160,7 @@ class Kernel:
             **trust,  # what recovery checks a marker against, should this kernel die
         )
         for ended in recovered:
-            transcript.record("recovered", **ended)
+            transcript.record(RecordType.RECOVERED, **ended)
         tasks: list[TaskResult] = []
         run.state, run.position = RunState.RUNNING, {"mode": mode}
         try:
@@ -169,7 +170,7 @@ class Kernel:
             self._finish(run, Stop(Terminal.CANCELLED, {"kind": "interrupted"}), tasks)
             raise
         except Exception as exc:  # a kernel fault still ends the run in a terminal
-            transcript.record("kernel_error", error=repr(exc), traceback=traceback.format_exc())
+            transcript.record(RecordType.KERNEL_ERROR, error=repr(exc), traceback=traceback.format_exc())
             stop = Stop(Terminal.FAILED, {"kind": "kernel_error", "error": repr(exc)})
         await run.teardown.close()  # a call the agent made after its last turn has been answered by now
         refused = run.refused()
@@ -183,7 +184,7 @@ class Kernel:
         if isinstance(agent, Stop):
             return agent
         if prompt is not None:
-            run.transcript.record("task_start", task={"id": None, "title": "single prompt"})
+            run.transcript.record(RecordType.TASK_START, task={"id": None, "title": "single prompt"})
             return (await run.session(agent, prompt, task=None))[0]
         return await run.drain(agent, tasks, only=task_id)
 
@@ -191,7 +192,7 @@ class Kernel:
         self._ended = {"terminal": stop.terminal.value}
         run.state = RunState.ENDED
         run.transcript.record(
-            "terminal",
+            RecordType.TERMINAL,
             terminal=stop.terminal.value,
             reason=dict(stop.reason),
             tasks=[t.to_json() for t in tasks],

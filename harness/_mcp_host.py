@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from ._config import HOST_SERVER_NAME
 from ._host_tools import TOOL_SPECS, HostToolError, HostTools, TaskBinding
+from ._records import RecordType
 from ._transcript import Transcript
 
 __all__ = ["HostToolServer"]
@@ -128,7 +129,7 @@ class HostToolServer:
 
     async def _list(self, ctx: Any, params: Any) -> types.ListToolsResult:
         binding = self._binding(ctx)
-        self.transcript.record("host_tools_listed", task=binding.task.id, tools=sorted(binding.allowed))
+        self.transcript.record(RecordType.HOST_TOOLS_LISTED, task=binding.task.id, tools=sorted(binding.allowed))
         return types.ListToolsResult(
             tools=[
                 types.Tool(name=name, description=spec["description"], input_schema=spec["inputSchema"])
@@ -142,7 +143,7 @@ class HostToolServer:
         name, arguments = params.name, dict(params.arguments or {})
         record = {"task": binding.task.id, "tool": name, "arguments": arguments}
         if name not in binding.allowed:
-            self.transcript.record("host_tool", **record, outcome="refused", allowed=sorted(binding.allowed))
+            self.transcript.record(RecordType.HOST_TOOL, **record, outcome="refused", allowed=sorted(binding.allowed))
             raise MCPError(
                 code=types.INVALID_PARAMS,
                 message=f"tool {name!r} is not available to this task",
@@ -151,12 +152,14 @@ class HostToolServer:
         try:
             result = await self.tools.call(binding, name, arguments)
         except HostToolError as exc:
-            self.transcript.record("host_tool", **record, outcome="error", error=str(exc))
+            self.transcript.record(RecordType.HOST_TOOL, **record, outcome="error", error=str(exc))
             return _result({"error": str(exc)}, error=True)
         except Exception as exc:  # the host answered badly: the agent sees a failed call, the run goes on
-            self.transcript.record("host_tool", **record, outcome="error", error=f"{type(exc).__name__}: {exc}")
+            self.transcript.record(
+                RecordType.HOST_TOOL, **record, outcome="error", error=f"{type(exc).__name__}: {exc}"
+            )
             return _result({"error": f"the host could not do it: {exc}"}, error=True)
-        self.transcript.record("host_tool", **record, outcome="ok", result=result)
+        self.transcript.record(RecordType.HOST_TOOL, **record, outcome="ok", result=result)
         return _result(result)
 
 

@@ -39,6 +39,7 @@ from ._exec import ExecHost
 from ._hostcalls import HostCalls
 from ._policy import Policy
 from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state
+from ._records import RecordType
 from ._recovery import TOKEN_VARIABLE, ActiveRuns
 from ._results import TaskResult
 from ._sandbox import PROXY_PORT, Sandbox, SandboxError, find_bwrap, plan_sandbox, sandbox_unavailable
@@ -93,7 +94,7 @@ class Controls:
     def _queue(self, text: str) -> None:
         self.steering.append(text)
         if self._transcript is not None and not self._transcript.closed:
-            self._transcript.record("steer_queued", text=text, pending=len(self.steering))
+            self._transcript.record(RecordType.STEER_QUEUED, text=text, pending=len(self.steering))
 
     def _in_loop(self, fn: Callable[..., None], *args: Any) -> None:
         loop = self._loop
@@ -126,7 +127,7 @@ class Teardown:
                 await steps[name]()
             except Exception as exc:
                 if not self.transcript.closed:
-                    self.transcript.record("teardown_error", step=name, error=f"{type(exc).__name__}: {exc}")
+                    self.transcript.record(RecordType.TEARDOWN_ERROR, step=name, error=f"{type(exc).__name__}: {exc}")
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,7 @@ class Run:
             kept = self.policy.search_path(env["PATH"])
             if kept != env["PATH"]:
                 dropped = [e for e in env["PATH"].split(os.pathsep) if e not in kept.split(os.pathsep)]
-                self.transcript.record("search_path_confined", dropped=dropped)
+                self.transcript.record(RecordType.SEARCH_PATH_CONFINED, dropped=dropped)
             env["PATH"] = kept
         return env
 
@@ -275,7 +276,7 @@ class Run:
         cannot start: never a silent run without one (None: the config turned it off)."""
         settings = self.config.sandbox
         if settings.mode == "off":
-            self.transcript.record("sandbox", mode="off")
+            self.transcript.record(RecordType.SANDBOX, mode="off")
             return None
         bwrap = find_bwrap(settings.bwrap)
         cause = sandbox_unavailable(bwrap)
@@ -308,7 +309,7 @@ class Run:
         proxy = any(r.kind == "network" and r.decision == "allow" for r in self.policy.rules)
         sandbox = dataclasses.replace(sandbox, proxy=(PROXY_PORT, egress.proxy_socket) if proxy else None,
                                       tools=(port, egress.tools_socket))  # fmt: skip
-        self.transcript.record("sandbox", **sandbox.describe())
+        self.transcript.record(RecordType.SANDBOX, **sandbox.describe())
         return sandbox, egress, tools_socket
 
     async def _start_host_tools(
@@ -316,7 +317,9 @@ class Run:
     ) -> HostToolServer | None:
         """Serve the host's tools over MCP when the agent can use an HTTP MCP server."""
         if not link.supports_http_mcp:
-            self.transcript.record("host_tools", served=False, why="the agent does not advertise mcpCapabilities.http")
+            self.transcript.record(
+                RecordType.HOST_TOOLS, served=False, why="the agent does not advertise mcpCapabilities.http"
+            )
             return None
         from ._host_tools import HostTools  # the MCP server costs ~0.5 s to import: only when it is used
         from ._mcp_host import HostToolServer
@@ -328,7 +331,7 @@ class Run:
         await server.start(tools_socket)
         if egress is not None:
             egress.tools_port = server.port
-        self.transcript.record("host_tools", served=True, port=server.port,
+        self.transcript.record(RecordType.HOST_TOOLS, served=True, port=server.port,
                                allowlist=self.config.role.tools or "all")  # fmt: skip
         return server
 
@@ -339,7 +342,7 @@ class Run:
         if state is None:
             return blocked("git_worktree", f"{self.config.workspace} is not a git worktree")
         stop = check_git(state, left_by_task=left_by_task)
-        self.transcript.record("preconditions", ok=stop is None, failed=dict(stop.reason) if stop else None)
+        self.transcript.record(RecordType.PRECONDITIONS, ok=stop is None, failed=dict(stop.reason) if stop else None)
         return stop
 
     def _git_state(self) -> GitState | None:
@@ -383,7 +386,9 @@ class Run:
                 skipped.add(task.id)
                 reason = {"kind": "completed_earlier", **earlier[task.id]}
                 tasks.append(TaskResult(task.id, task.title, Terminal.COMPLETED, reason))
-                self.transcript.record("task_skipped", task={"id": task.id, "title": task.title}, reason=reason)
+                self.transcript.record(
+                    RecordType.TASK_SKIPPED, task={"id": task.id, "title": task.title}, reason=reason
+                )
                 if only is not None:
                     return Stop(Terminal.COMPLETED, reason)
             waiting = [t for t in waiting if t.id not in skipped]
@@ -408,13 +413,13 @@ class Run:
                 return Stop(result.terminal, result.reason)
             if self.config.commit is not None:  # the kernel owns git: commit (and push) what the task did
                 committed = await commit_task(self.config.workspace, self.config.commit, task.id, task.title)
-                self.transcript.record("commit", task=task.id, **committed)
+                self.transcript.record(RecordType.COMMIT, task=task.id, **committed)
             completed.add(task.id)  # skipped from now on, even if the host cannot mark it done
             if store is not None:
                 try:
                     store.add(task.id, self.transcript_path)  # and by the next run of this queue
                 except OSError as exc:
-                    self.transcript.record("completion_not_kept", task=task.id, error=exc.strerror or str(exc))
+                    self.transcript.record(RecordType.COMPLETION_NOT_KEPT, task=task.id, error=exc.strerror or str(exc))
             outcome = await self.host.call("mark_done", self.provider.mark_done, task)
             if isinstance(outcome, Stop):
                 result.mark_done_error = dict(outcome.reason)
@@ -426,7 +431,7 @@ class Run:
 
     async def _run_task(self, agent: Agent, task: Task) -> TaskResult:
         self.position = {"task": task.id, "iteration": 0}
-        self.transcript.record("task_start", task={"id": task.id, "title": task.title})
+        self.transcript.record(RecordType.TASK_START, task={"id": task.id, "title": task.title})
         started = time.monotonic()
         prompt = _task_prompt(self.config.role.prompt, task)
         host_stops: dict[str, Stop] = {}
@@ -451,7 +456,7 @@ class Run:
             tokens=self._tokens(agent),
             seconds=time.monotonic() - started,
         )
-        self.transcript.record("task_end", **result.to_json())
+        self.transcript.record(RecordType.TASK_END, **result.to_json())
         return result
 
     def _check_termination(self, stop: Stop, used: list[str], *, host_stops: dict[str, Stop]) -> Stop:
@@ -497,7 +502,7 @@ class Run:
                 self.position = {"task": task.id if task else None, "iteration": iterations}
                 text, kind = self._with_steering(text, kind)
                 turn = agent.client.begin_turn(session_id)
-                self.transcript.record("turn", iteration=iterations, prompt_kind=kind)
+                self.transcript.record(RecordType.TURN, iteration=iterations, prompt_kind=kind)
                 answer = await agent.link.prompt(session_id, text, cancel=self.cancel_event)
                 if isinstance(answer, Stop):
                     return answer, iterations
@@ -524,7 +529,7 @@ class Run:
         notes = self.controls.take_steering()
         if not notes:
             return text, kind
-        self.transcript.record("steer_delivered", count=len(notes))
+        self.transcript.record(RecordType.STEER_DELIVERED, count=len(notes))
         steering = "\n".join(f"- {n}" for n in notes)
         return f"{text}\n\nSteering from the operator (advisory):\n{steering}", f"{kind}+steering"
 

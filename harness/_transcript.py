@@ -14,9 +14,12 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 __all__ = ["Transcript", "read_transcript"]
+
+if TYPE_CHECKING:
+    from ._records import RecordType
 
 Observer = Callable[[dict[str, Any]], None]
 
@@ -32,7 +35,7 @@ class Transcript:
         self._seq = 0
         self._t0 = time.monotonic()
 
-    def record(self, type: str, **fields: Any) -> dict[str, Any]:
+    def record(self, type: RecordType, **fields: Any) -> dict[str, Any]:
         """Append one record and return it (with its sequence number and time)."""
         self._seq += 1
         entry = {"seq": self._seq, "t": round(time.monotonic() - self._t0, 6), "type": type, **fields}

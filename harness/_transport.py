@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from ._records import RecordType
 from ._recovery import end_processes
 from ._transcript import Transcript
 
@@ -108,7 +109,7 @@ class AgentProcess:
             start_new_session=True,
             limit=1 << 20,
         )
-        transcript.record("agent_start", pid=process.pid, argv=list(argv))
+        transcript.record(RecordType.AGENT_START, pid=process.pid, argv=list(argv))
         return cls(process, transcript, token=token)
 
     @property
@@ -122,12 +123,12 @@ class AgentProcess:
         stdin = self.process.stdin
         if stdin is None or stdin.is_closing():
             if "method" not in message:  # an answer the agent is no longer there to read: nothing is lost
-                self.transcript.record("rpc_undelivered", msg=message)
+                self.transcript.record(RecordType.RPC_UNDELIVERED, msg=message)
                 return
             raise ConnectionError("agent stdin is closed")
         if message.get("method") == "session/prompt":
             self._prompts[message.get("id")] = str((message.get("params") or {}).get("sessionId"))
-        self.transcript.record("rpc", dir="out", msg=message)
+        self.transcript.record(RecordType.RPC, dir="out", msg=message)
         try:
             stdin.write(data)
             await stdin.drain()
@@ -149,7 +150,7 @@ class AgentProcess:
             if message is None:
                 self.disconnected.set()
                 return None
-            self.transcript.record("rpc", dir="in", msg=message)
+            self.transcript.record(RecordType.RPC, dir="in", msg=message)
             if "method" not in message:
                 self._prompts.pop(message.get("id"), None)  # a prompt's answer ends its turn here
             ARRIVAL.set(next(iter(self._prompts.values()), None))
@@ -218,7 +219,7 @@ class AgentProcess:
     def _fail(self, error: str, line: bytes) -> None:
         head = line[:200].decode("utf-8", errors="replace")
         self.failure = {"kind": "framing_error", "error": error, "line_head": head, "line_bytes": len(line)}
-        self.transcript.record("framing_error", error=error, line_head=head, line_bytes=len(line))
+        self.transcript.record(RecordType.FRAMING_ERROR, error=error, line_head=head, line_bytes=len(line))
 
     # --- stderr and exit -----------------------------------------------------------------------
 
@@ -290,6 +291,6 @@ class AgentProcess:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self.transcript.record("agent_exit", pid=self.pid, status=status, stderr_bytes=self.stderr_bytes,
+        self.transcript.record(RecordType.AGENT_EXIT, pid=self.pid, status=status, stderr_bytes=self.stderr_bytes,
                                **({"processes_ended": ended} if ended else {}))  # fmt: skip
         return status
