@@ -1564,3 +1564,43 @@ def test_a_deny_under_a_bracketed_directory_covers_that_directory(tmp_path):
         for program in ("cp", "mv"):
             expect(policy.judge_execute(["bash", "-c", f"{program} lib/middleware.ts {target}"]), "denied")
     expect(policy.judge_execute(["bash", "-c", "cp lib/middleware.ts 'app/[id]/page.ts'"]), "allowed")
+
+
+# --- the sandbox's proxy: a host name, judged by the network rules alone ---------------------------
+
+PROXY_RULES = [
+    {"id": "api", "kind": "network", "hosts": ["api.github.com"], "decision": "allow"},
+    {"id": "examples", "kind": "network", "hosts": ["*.example.org"], "decision": "allow"},
+    {"id": "no-evil", "kind": "network", "hosts": ["evil.example.org"], "decision": "deny"},
+]
+
+
+@pytest.mark.parametrize(
+    ("host", "outcome", "rules"),
+    [
+        ("api.github.com", "allowed", ("api",)),
+        ("API.GitHub.COM", "allowed", ("api",)),  # host names are case-blind
+        ("api.github.com.", "allowed", ("api",)),  # the root label's dot names the same host
+        (".api.github.com", "unmatched", ()),  # a leading dot is no spelling of it
+        ("api.github.com.evil.example", "unmatched", ()),
+        ("docs.example.org", "allowed", ("examples",)),
+        ("evil.example.org", "denied", ("no-evil",)),  # deny wins over the allow that matches too
+        ("EVIL.example.org.", "denied", ("no-evil",)),
+        ("example.org", "unmatched", ()),
+        ("", "unmatched", ()),
+    ],
+)
+def test_the_sandbox_proxy_judges_a_host_by_the_network_rules(worktree, host, outcome, rules):
+    verdict = expect(policy_of(worktree, PROXY_RULES).judge_host(host), outcome)
+    assert verdict.rule_ids == rules
+    named = host.lower().removesuffix(".")  # what the rules were matched against, as the refusal says
+    if outcome == "unmatched":
+        assert verdict.reason == {"kind": "unmatched", "rule_kind": "network", "target": named}
+    elif outcome == "denied":
+        assert verdict.reason == {"kind": "denied", "rule_id": rules[0], "target": named}
+
+
+def test_with_no_rules_the_proxy_lets_no_host_through(worktree):
+    """The interactive path approves what a person allowed in a turn; a connection is in no turn."""
+    verdict = expect(policy_of(worktree, []).judge_host("api.github.com"), "not_approved")
+    assert verdict.reason == {"kind": "not_approved", "rule_kind": "network", "target": "api.github.com"}
