@@ -339,6 +339,8 @@ def _git(words: Sequence[str]) -> CommandFacts:
         paths.append(PathArg(operands[1], write=True, certain=True))
     if sub == "mailinfo":  # `git mailinfo MSG PATCH` writes both
         paths += [PathArg(a, write=True, certain=True) for a in operands]
+    if sub in ("mv", "rm"):  # git moves or deletes what it names, untracked files in a directory too: as mv, rm
+        paths += _generic(sub, [a for a in operands if a != "--"])
     # `HEAD:src/secret/key`, `:src/secret/key` (the index), `:0:x`, `HEAD^{/:}:x`: a file's content by a
     # name the policy cannot resolve to one path
     names_content = any(":" in a and not re.search(r"\s", a) for a in operands)
