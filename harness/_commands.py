@@ -50,8 +50,21 @@ _READ_ONLY = _NAMES_ONLY | {"grep", "egrep", "fgrep", "rg", "diff", "cmp", "less
                             "strings", "md5sum", "sha1sum", "sha256sum", "sha512sum", "nl", "tac", "du", "tree",
                             "echo", "printf", "find", "sort"}  # fmt: skip
 #: Programs whose `-o FILE` is an output file.
-_DASH_O_OUTPUT = frozenset({"cc", "gcc", "g++", "clang", "clang++", "c++", "sort", "curl", "ld", "as", "cython",
-                            "shuf"})  # fmt: skip
+_DASH_O_OUTPUT = frozenset({"sort", "ld", "as", "cython", "shuf"})
+#: C compilers: their options are words, not getopt letters (`-MF FILE`, `-Wl,-o,FILE`), read by `_compiler`.
+_COMPILERS = frozenset({"cc", "gcc", "g++", "clang", "clang++", "c++"})
+#: Compiler options that run or load another program, pass options on to one, read options from a file,
+#: or write files named after others: refused whatever a rule says.
+_COMPILER_REFUSED = ("-wrapper", "-fplugin", "-B", "-specs", "--specs", "-Wl,", "-Wa,", "-Wp,", "-Xlinker",
+                     "-Xassembler", "-Xpreprocessor", "-Xclang", "-Xanalyzer", "-fdump-", "-save-temps",
+                     "-fprofile", "-fcallgraph-info", "-fstack-usage", "-flto-", "-aux-info", "--serialize-diagnostics",
+                     "-ftime-trace", "-fcrash-diagnostics-dir", "-fmodules-cache-path", "@")  # fmt: skip
+#: Compiler options whose value is the next word (or glued): written, read, or text.
+_COMPILER_WRITES = ("-o", "-MF")
+_COMPILER_READS = ("-include", "-imacros", "-isystem", "-idirafter", "-iquote", "-isysroot", "--sysroot", "-I",
+                   "-L", "-iprefix", "-iwithprefix", "-iwithprefixbefore")  # fmt: skip
+_COMPILER_TEXT = ("-MT", "-MQ", "-x", "-D", "-U", "-l", "-std", "-march", "-mtune", "-e", "-T", "-u", "-z", "-G",
+                  "-arch", "-target", "--target")  # fmt: skip
 #: Short options that take a value, for programs read as getopt reads them: (letters whose value names a
 #: file read, letters whose value is text, letters whose value is a file written). Keyed by program name
 #: (git's subcommands share one set).
@@ -62,7 +75,7 @@ _SHORT_VALUES = {
     "cp": ("", "S", "t"), "mv": ("", "S", "t"), "ln": ("", "S", "t"), "install": ("", "Smog", "t"),
     "cut": ("", "dfbc", ""), "shuf": ("", "ni", "o"), "head": ("", "cn", ""), "tail": ("", "cns", ""),
     "tar": ("", "bHV", "f"),
-    **dict.fromkeys(("cc", "gcc", "g++", "clang", "clang++", "c++"), ("ILB", "DUlWfmOgx", "o")),
+    "curl": ("KT", "eHdubFwxyYzCEmPQrtUXA", "oDc"),
 }  # fmt: skip
 #: Programs whose `-t DIR` / `--target-directory=DIR` is where they write.
 _TARGET_DIRECTORY = frozenset({"cp", "mv", "ln", "install"})
@@ -77,6 +90,24 @@ _EXEC_OPTIONS = {
     "zip": ("-TT", "--unzip-command"),
     "install": ("--strip-program",),
 }  # fmt: skip
+#: curl options that write where the server decides (`-O`, `-J`), move its outputs, or read options from a file.
+_CURL_REFUSED = ("-O", "--remote-name", "--remote-name-all", "-J", "--remote-header-name", "--output-dir", "-K",
+                 "--config")  # fmt: skip
+#: curl options whose value is a file it writes (besides `-o`).
+_CURL_WRITES = (
+    "--output",
+    "--cookie-jar",
+    "--dump-header",
+    "--trace",
+    "--trace-ascii",
+    "--stderr",
+    "--libcurl",
+    "--etag-save",
+    "--hsts",
+    "--alt-svc",
+)  # fmt: skip  (its short ones, -o -D -c, are in _SHORT_VALUES)
+#: Programs that write into the directory they run in when given no output: the first file they write.
+_DEFAULT_OUTPUT = {"split": "xaa", "csplit": "xx00"}
 #: Options (any program) that take the names of the files to open from a file the policy never reads.
 _NAMES_FROM_A_FILE = ("--files-from", "--files0-from", "--exclude-from", "--include-from")
 #: Programs with `--files0-from` and no other long option it could be short for.
@@ -202,7 +233,16 @@ def _analyze(words: Sequence[str]) -> CommandFacts:
         return _pytest(words, args)
     if program.startswith("python") and args[:2] == ["-m", "pytest"]:
         return _pytest(words, args[2:])
+    if program in _COMPILERS:
+        return CommandFacts(shlex.join(words), tuple(_compiler(program, args)))
     paths = _generic(program, args)
+    if program == "curl":
+        refused = next((o for o in _CURL_REFUSED if any(_names_option(a, o) for a in args)), None)
+        if refused is not None:
+            raise Refused(f"curl {refused} writes where the server decides or reads its options from a file")
+        paths += _option_values(args, dict.fromkeys(_CURL_WRITES, True))
+    if program in _DEFAULT_OUTPUT and len([a for a in args if not a.startswith("-")]) < 2:
+        paths.append(PathArg(_DEFAULT_OUTPUT[program], write=True, certain=True))  # `split FILE` writes ./xaa
     if program in _READ_ONLY:
         listing = program == "ls" and any(_names_option(a, "-R") or _names_option(a, "--recursive") for a in args)
         whole = program not in _NAMES_ONLY or listing  # `ls -R` lists what every directory below holds
@@ -212,6 +252,44 @@ def _analyze(words: Sequence[str]) -> CommandFacts:
     if _follows_links(program, args):
         paths = [dataclasses.replace(p, follows_links=True) if not p.write else p for p in paths]
     return CommandFacts(shlex.join(words), tuple(paths))
+
+
+def _compiler(program: str, args: Sequence[str]) -> list[PathArg]:
+    """What a C compiler reads and writes: `-o`/`-MF` outputs (glued or not), include and library
+    directories, the sources; with no `-o` it writes into the directory it runs in (`a.out`, `x.o`)."""
+    paths: list[PathArg] = []
+    sources: list[str] = []
+    output = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        refused = next((o for o in _COMPILER_REFUSED if arg.startswith(o)), None)
+        if refused is not None:
+            raise Refused(f"{program} {refused} runs another program, reads options from a file or writes files "
+                          "the policy cannot name")  # fmt: skip
+        option = next((o for o in (*_COMPILER_WRITES, *_COMPILER_READS, *_COMPILER_TEXT) if arg.startswith(o)), None)
+        if option is not None:
+            value = arg[len(option) :].removeprefix("=") if arg != option else None
+            if value is None:
+                if i + 1 >= len(args):
+                    raise Refused(f"{program} {option} without its value")
+                value, i = args[i + 1], i + 1
+            if option in _COMPILER_WRITES:
+                paths.append(PathArg(value, write=True, certain=True))
+                output = output or option == "-o"
+            elif option in _COMPILER_READS:
+                paths.append(_candidate(value))
+        elif not arg.startswith("-") or arg == "-":
+            paths.append(_candidate(arg))  # a source (or an object to link)
+            sources.append(arg)
+        i += 1
+    only_checks = any(a in ("-E", "-M", "-MM", "-fsyntax-only", "--version", "-v", "--help", "-dumpversion",
+                            "-dumpmachine") or a.startswith("-print-") for a in args)  # fmt: skip
+    if not output and not only_checks:  # the default outputs, in the directory it runs in
+        suffix = ".o" if "-c" in args else ".s" if "-S" in args else None
+        names = [os.path.splitext(os.path.basename(s))[0] + suffix for s in sources] if suffix else ["a.out"]
+        paths += [PathArg(name, write=True, certain=True) for name in names]
+    return paths
 
 
 #: Options that make a recursive reader follow the symlinks it meets beneath (zip follows by default).
