@@ -545,6 +545,10 @@ def _short_option(arg: str, following: str) -> tuple[str, str]:
 
 def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
     """Path candidates of any program: operands, option values, `key=value` values, `@file`."""
+    if program == "tar":
+        _check_tar(args)
+        if args and not args[0].startswith("-"):  # old style, `tar cf a.tar src`: a cluster without its dash
+            args = [f"-{args[0]}", *args[1:]]  # (before the options that run programs are looked for: `tar tIf`)
     for option in _EXEC_OPTIONS.get(program, ()):
         if any(_names_option(a, option) for a in args):
             raise Refused(f"{program} {option} runs a program the policy cannot judge")
@@ -554,10 +558,6 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
             raise Refused(f"{program} {option} opens files named in a file the policy cannot read")
     if program in _WRITES_WHAT_IT_READS and not any(a in _WRITES_WHAT_IT_READS[program] for a in args):
         raise Refused(f"{program} writes the files its input names (only listing or testing is judged)")
-    if program == "tar":
-        _check_tar(args)
-        if args and not args[0].startswith("-"):  # old style, `tar cf a.tar src`: a cluster without its dash
-            args = [f"-{args[0]}", *args[1:]]
     if program == "sed":
         _, files, in_place = _sed(args)
         return [_candidate(f, write=in_place, certain=True) for f in files]
@@ -700,8 +700,10 @@ def _check_tar(args: Sequence[str]) -> None:
                 raise Refused(f"tar {option} writes or reads names the policy cannot judge")
     spelled = [f"-{first}", *args[1:]] if first else list(args)
     archives = _option_values(spelled, {"-f": True, "--file": True})
-    if "--force-local" not in args and any(":" in a.text.split("/", 1)[0] for a in archives):
-        raise Refused("tar -f HOST:FILE is a remote archive reached through rsh (--force-local keeps it local)")
+    # `--force-local` would keep it local, but where it stands it may be a file name or an option's value
+    # (`-- --force-local`, `-V --force-local`): a HOST:FILE archive is refused with or without it
+    if any(":" in a.text.split("/", 1)[0] for a in archives):
+        raise Refused("tar -f HOST:FILE is a remote archive reached through rsh")
 
 
 def _tar_creates(args: Sequence[str]) -> bool:
