@@ -237,10 +237,20 @@ class Policy:
             rel = self.resolve(entry)
             if rel is not None and (self.judge_write(os.path.join(entry, "planted")).allowed or any(
                 _may_name_a_child(rel, p) for r in self.rules if r.kind == "write" and r.decision == "allow"
-                for p in r.patterns)):  # fmt: skip
+                for p in r.patterns) or self._links_to_writable(entry)):  # fmt: skip
                 continue  # `write src/git` lets it plant the `git` an allowed `git status` would run
             kept.append(entry)
         return os.pathsep.join(kept)
+
+    def _links_to_writable(self, directory: str) -> bool:
+        """A symlink in `directory` whose target a write rule lets the agent write (a committed
+        `bin/git -> ../docs/g` under `write docs/**`): what runs by that name is the agent's."""
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return False
+        links = [os.path.join(directory, n) for n in names if os.path.islink(os.path.join(directory, n))]
+        return any(self.judge_write(link).allowed for link in links)
 
     # --- judging, request by request -----------------------------------------------------------
 
@@ -556,6 +566,9 @@ class Policy:
                 entry = f"{top}/{name}"[len(self._root.rstrip("/")) + 1 :]
                 if kind == "write" and self.is_protected(entry):
                     return Verdict(False, ("protected",), {"kind": "protected_path", "path": entry, "in": relative}), []
+                if kind == "read" and name in files and _hard_linked(f"{top}/{name}"):
+                    why = "a file beneath has another name that may be outside the worktree, protected or denied"
+                    return _refuse("hard_link", path=entry, why=why), []
                 found.append(entry)
             if len(found) > _MAX_CONTENTS:
                 return _refuse("too_many_files", path=relative, why=f"more than {_MAX_CONTENTS} paths to judge"), []
@@ -575,6 +588,9 @@ class Policy:
             seen.update(os.path.realpath(f"{top}/{d}") for d in dirs)
             for name in (*dirs, *files):
                 entry = f"{top}/{name}"
+                if name in files and _hard_linked(entry):
+                    why = "a file beneath has another name that may be outside the worktree, protected or denied"
+                    return _refuse("hard_link", path=entry[len(self._root.rstrip("/")) + 1 :], why=why), []
                 if not os.path.islink(entry) and top == os.path.realpath(top):
                     found.append(entry[len(self._root.rstrip("/")) + 1 :])
                     continue
