@@ -74,7 +74,7 @@ _SHORT_VALUES = {
     "sort": ("", "ktS", "oT"),
     "cp": ("", "S", "t"), "mv": ("", "S", "t"), "ln": ("", "S", "t"), "install": ("", "Smog", "t"),
     "cut": ("", "dfbc", ""), "shuf": ("", "ni", "o"), "head": ("", "cn", ""), "tail": ("", "cns", ""),
-    "tar": ("", "bHV", "f"),
+    "tar": ("X", "bHV", "f"),
     "curl": ("KT", "eHdubFwxyYzCEmPQrtUXA", "oDc"),
 }  # fmt: skip
 #: Programs whose `-t DIR` / `--target-directory=DIR` is where they write.
@@ -556,6 +556,8 @@ def _generic(program: str, args: Sequence[str]) -> list[PathArg]:
         shortest = 3 if program in _FILES0_FROM else 8  # coreutils take any prefix: `sort --f=-` is it
         if any(len(a.split("=", 1)[0]) >= shortest and option.startswith(a.split("=", 1)[0]) for a in args):
             raise Refused(f"{program} {option} opens files named in a file the policy cannot read")
+    if program == "find" and "-files0-from" in args:  # `find -files0-from F -delete`: F names what it deletes
+        raise Refused("find -files0-from reads its starting points from a file the policy cannot read")
     if program in _WRITES_WHAT_IT_READS and not any(a in _WRITES_WHAT_IT_READS[program] for a in args):
         raise Refused(f"{program} writes the files its input names (only listing or testing is judged)")
     if program == "sed":
