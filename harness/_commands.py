@@ -283,8 +283,11 @@ def _compiler(program: str, args: Sequence[str]) -> list[PathArg]:
             paths.append(_candidate(arg))  # a source (or an object to link)
             sources.append(arg)
         i += 1
-    only_checks = any(a in ("-E", "-M", "-MM", "-fsyntax-only", "--version", "-v", "--help", "-dumpversion",
-                            "-dumpmachine") or a.startswith("-print-") for a in args)  # fmt: skip
+    only_checks = any(
+        a in ("-E", "-M", "-MM", "-fsyntax-only", "--version", "--help", "-dumpversion", "-dumpmachine")
+        or a.startswith("-print-")
+        for a in args
+    )  # fmt: skip  (-v compiles)
     if not output and not only_checks:  # the default outputs, in the directory it runs in
         suffix = ".o" if "-c" in args else ".s" if "-S" in args else None
         names = [os.path.splitext(os.path.basename(s))[0] + suffix for s in sources] if suffix else ["a.out"]
