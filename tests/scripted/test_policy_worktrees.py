@@ -189,6 +189,20 @@ def test_a_hard_link_inside_a_directory_read_whole_is_refused(tmp_path, command,
     assert verdict.reason["path"] == path
 
 
+@pytest.mark.parametrize("command", ["grep -r x docs", "tar -cf src/t.tar docs", "du -a docs"])
+def test_a_hard_link_met_walking_a_directory_a_deny_may_reach_into_is_refused(tmp_path, command):
+    """A read deny that may match beneath `docs` (`**/*.pem`, though nothing matches there) makes the
+    policy walk it: the second name of a read-denied file met on the way refuses."""
+    root = make_tree(tmp_path.resolve() / "wt", dirs=["docs"], files=["src/secret/key", "docs/r.md"])
+    os.link(root / "src" / "secret" / "key", root / "docs" / "h")
+    rules = [*HARD_LINK_RULES, deny_read("no-keys", "**/*.pem"),
+             {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"}]  # fmt: skip
+    verdict = expect(bash(policy_of(root, rules), command), "hard_link")
+    assert verdict.reason["path"] == "docs/h"
+    os.unlink(root / "docs" / "h")  # the same request with no second name is allowed
+    expect(bash(policy_of(root, rules), command), "allowed")
+
+
 # --- PATH -----------------------------------------------------------------------------------------
 
 
