@@ -248,7 +248,7 @@ class Policy:
         try:
             names = os.listdir(directory)
         except OSError:
-            return False
+            return True  # what it holds cannot be seen: it may hold such a link
         links = [os.path.join(directory, n) for n in names if os.path.islink(os.path.join(directory, n))]
         return any(self.judge_write(link).allowed for link in links)
 
@@ -566,7 +566,7 @@ class Policy:
                 entry = f"{top}/{name}"[len(self._root.rstrip("/")) + 1 :]
                 if kind == "write" and self.is_protected(entry):
                     return Verdict(False, ("protected",), {"kind": "protected_path", "path": entry, "in": relative}), []
-                if kind == "read" and name in files and _hard_linked(f"{top}/{name}"):
+                if name in files and _hard_linked(f"{top}/{name}"):  # `cp -r x/. docs` writes through it too
                     why = "a file beneath has another name that may be outside the worktree, protected or denied"
                     return _refuse("hard_link", path=entry, why=why), []
                 found.append(entry)

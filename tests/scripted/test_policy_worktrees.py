@@ -203,6 +203,18 @@ def test_a_hard_link_met_walking_a_directory_a_deny_may_reach_into_is_refused(tm
     expect(bash(policy_of(root, rules), command), "allowed")
 
 
+@pytest.mark.parametrize("command", ["chmod -R 0 docs", "cp -r src/new/. docs", "touch -r docs/r.md docs"])
+def test_a_directory_written_whole_with_a_hard_link_inside_is_refused(tmp_path, command):
+    """`chmod -R` and `cp -r` write through a second name: docs/h is src/secret/key, which no rule lets the
+    agent write, so writing docs whole would write it."""
+    root = make_tree(tmp_path.resolve() / "wt", dirs=["docs", "src/new"], files=["src/secret/key", "docs/r.md"])
+    os.link(root / "src" / "secret" / "key", root / "docs" / "h")
+    rules = [*HARD_LINK_RULES, {"id": "no-secret-write", "kind": "write", "paths": ["src/secret/**"],
+                                "decision": "deny"}]  # fmt: skip
+    verdict = expect(bash(policy_of(root, rules), command), "hard_link")
+    assert verdict.reason["path"] == "docs/h"
+
+
 # --- PATH -----------------------------------------------------------------------------------------
 
 
@@ -222,6 +234,7 @@ def write_rule(pattern: str) -> dict:
         ("**/*.py", "src/pkg", False),  # `**` reaches into any directory
         ("**/*.py", "src", False),
         ("src", "src/pkg", True),  # the directory above names nothing in it
+        ("docs/**", "missing", False),  # what cannot be listed (not there yet, unreadable) may hold such a link
     ],
 )
 def test_path_loses_a_worktree_directory_where_a_program_could_be_planted(tmp_path, pattern, directory, kept):
