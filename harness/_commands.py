@@ -421,7 +421,7 @@ def _git(words: Sequence[str]) -> CommandFacts:
     if sub == "mailinfo":  # `git mailinfo MSG PATCH` writes both
         paths += [PathArg(a, write=True, certain=True) for a in operands]
     if sub in ("mv", "rm"):  # git moves or deletes what it names, untracked files in a directory too: as mv, rm
-        paths += _generic(sub, [a for a in operands if a != "--"])
+        paths += _generic(sub, ["--", *operands])  # operands only: `-/../src` is a path here
     # `HEAD:src/secret/key`, `:src/secret/key` (the index), `:0:x`, `HEAD^{/:}:x`: a file's content by a
     # name the policy cannot resolve to one path
     names_content = any(":" in a and not re.search(r"\s", a) for a in operands)
@@ -440,12 +440,15 @@ def _git(words: Sequence[str]) -> CommandFacts:
 
 
 def _git_operands(rest: Sequence[str]) -> list[str]:
-    """git's operands: not options, not the value of a short option that takes one (`-m 'fix: x'`)."""
+    """git's operands: not options, not the value of a short option that takes one (`-m 'fix: x'`); after
+    `--`, every word (`git rm -- -/../src/secret/key`)."""
     operands: list[str] = []
     skip = False
-    for arg in rest:
+    for index, arg in enumerate(rest):
         if skip:
             skip = False
+        elif arg == "--":
+            return operands + list(rest[index + 1 :])
         elif arg.startswith("-") and len(arg) > 1:
             skip = not arg.startswith("--") and bool(_ends_with_value_letter(arg, _SHORT_VALUES["git"]))
         else:

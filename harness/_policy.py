@@ -247,8 +247,10 @@ class Policy:
         `bin/git -> ../docs/g` under `write docs/**`): what runs by that name is the agent's."""
         try:
             names = os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return False  # nothing there to run
         except OSError:
-            return True  # what it holds cannot be seen: it may hold such a link
+            return True  # what it holds cannot be seen (a directory it may not list): it may hold such a link
         links = [os.path.join(directory, n) for n in names if os.path.islink(os.path.join(directory, n))]
         return any(self.judge_write(link).allowed for link in links)
 

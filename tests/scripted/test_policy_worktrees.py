@@ -234,7 +234,7 @@ def write_rule(pattern: str) -> dict:
         ("**/*.py", "src/pkg", False),  # `**` reaches into any directory
         ("**/*.py", "src", False),
         ("src", "src/pkg", True),  # the directory above names nothing in it
-        ("docs/**", "missing", False),  # what cannot be listed (not there yet, unreadable) may hold such a link
+        ("docs/**", "missing", True),  # not there, and no rule lets the agent make it
     ],
 )
 def test_path_loses_a_worktree_directory_where_a_program_could_be_planted(tmp_path, pattern, directory, kept):
