@@ -55,10 +55,38 @@ _DASH_O_OUTPUT = frozenset({"sort", "ld", "as", "cython", "shuf"})
 _COMPILERS = frozenset({"cc", "gcc", "g++", "clang", "clang++", "c++"})
 #: Compiler options that run or load another program, pass options on to one, read options from a file,
 #: or write files named after others: refused whatever a rule says.
-_COMPILER_REFUSED = ("-wrapper", "-fplugin", "-B", "-specs", "--specs", "-Wl,", "-Wa,", "-Wp,", "-Xlinker",
-                     "-Xassembler", "-Xpreprocessor", "-Xclang", "-Xanalyzer", "-fdump-", "-save-temps",
-                     "-fprofile", "-fcallgraph-info", "-fstack-usage", "-flto-", "-aux-info", "--serialize-diagnostics",
-                     "-ftime-trace", "-fcrash-diagnostics-dir", "-fmodules-cache-path", "@")  # fmt: skip
+_COMPILER_REFUSED = (
+    "-wrapper",
+    "-fplugin",
+    "-B",
+    "-specs",
+    "--specs",
+    "-Wl,",
+    "-Wa,",
+    "-Wp,",
+    "-Xlinker",
+    "-Xassembler",
+    "-Xpreprocessor",
+    "-Xclang",
+    "-Xanalyzer",
+    "-fdump-",
+    "-save-temps",
+    "-fprofile",
+    "-fcallgraph-info",
+    "-fstack-usage",
+    "-flto-",
+    "-aux-info",
+    "--serialize-diagnostics",
+    "-ftime-trace",
+    "-fcrash-diagnostics-dir",
+    "-fmodules-cache-path",
+    "-fuse-ld",
+    "--ld-path",
+    "--gcc-toolchain",
+    "--gcc-install-dir",
+    "-ccc-",
+    "@",
+)  # fmt: skip  (clang runs -fuse-ld=PATH)
 #: Compiler options whose value is the next word (or glued): written, read, or text.
 _COMPILER_WRITES = ("-o", "-MF")
 _COMPILER_READS = ("-include", "-imacros", "-isystem", "-idirafter", "-iquote", "-isysroot", "--sysroot", "-I",
