@@ -80,6 +80,19 @@ def build_worktree(base: Path) -> Path:
     return root
 
 
+def expect(verdict: Any, outcome: str) -> Any:
+    """`outcome` is "allowed" or the reason kind of the refusal. An allow names the rules that allowed it (the
+    transcript records them); every verdict keeps the shape the client and the transcript read."""
+    assert isinstance(verdict.rule_ids, tuple) and isinstance(verdict.paths, tuple), verdict
+    assert all(isinstance(r, str) and r for r in verdict.rule_ids), verdict
+    if outcome == "allowed":
+        assert verdict.allowed is True and verdict.rule_ids, verdict
+    else:
+        assert verdict.allowed is False, verdict
+        assert verdict.reason["kind"] == outcome, verdict.reason
+    return verdict
+
+
 def policy_of(worktree: Path, rules: Sequence[Mapping[str, Any]], **options: Any) -> Policy:
     return Policy([RuleConfig.model_validate(r) for r in rules], worktree, **options)
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from policy_corpus import CAREFUL, OPEN, POLICIES, TOOLS, build_worktree, judge, load_rows, policy_of
+from policy_corpus import CAREFUL, OPEN, POLICIES, TOOLS, build_worktree, expect, judge, load_rows, policy_of
 
 from harness import Policy
 from harness._config import HOST_SERVER_NAME as HOST
@@ -51,19 +51,6 @@ def tools_fixture(worktree):
 @pytest.fixture(name="open_policy", scope="module")
 def open_policy_fixture(worktree):
     return policy_of(worktree, OPEN)
-
-
-def expect(verdict, outcome: str):
-    """`outcome` is "allowed" or the reason kind of the refusal. An allow names the rules that allowed it (the
-    transcript records them); every verdict keeps the shape the client and the transcript read."""
-    assert isinstance(verdict.rule_ids, tuple) and isinstance(verdict.paths, tuple), verdict
-    assert all(isinstance(r, str) and r for r in verdict.rule_ids), verdict
-    if outcome == "allowed":
-        assert verdict.allowed is True and verdict.rule_ids, verdict
-    else:
-        assert verdict.allowed is False, verdict
-        assert verdict.reason["kind"] == outcome, verdict.reason
-    return verdict
 
 
 # --- operators glued to words ---------------------------------------------------------------------

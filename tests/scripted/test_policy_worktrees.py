@@ -15,7 +15,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from policy_corpus import CAREFUL, OPEN, READ_ALL, build_worktree, policy_of
+from policy_corpus import CAREFUL, OPEN, READ_ALL, build_worktree, expect, policy_of
 
 from harness import Policy
 from harness._policy import Turn
@@ -26,19 +26,6 @@ pytestmark = LOOP_SCRIPTED
 RUN_ALL = {"id": "run-all", "kind": "execute", "commands": ["*"], "decision": "allow"}
 WRITE_ALL = {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "allow"}
 TURN = Turn("s1", frozenset({"s1"}))
-
-
-def expect(verdict, outcome: str):
-    """`outcome` is "allowed" or the reason kind of the refusal. An allow names the rules that allowed it (the
-    transcript records them); every verdict keeps the shape the client and the transcript read."""
-    assert isinstance(verdict.rule_ids, tuple) and isinstance(verdict.paths, tuple), verdict
-    assert all(isinstance(r, str) and r for r in verdict.rule_ids), verdict
-    if outcome == "allowed":
-        assert verdict.allowed is True and verdict.rule_ids, verdict
-    else:
-        assert verdict.allowed is False, verdict
-        assert verdict.reason["kind"] == outcome, verdict.reason
-    return verdict
 
 
 def bash(policy: Policy, script: str):
