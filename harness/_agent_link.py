@@ -13,12 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from acp import PROTOCOL_VERSION, RequestError, text_block
 from acp.client.connection import ClientSideConnection
-from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation, InitializeResponse, PromptResponse
+from acp.schema import (
+    ClientCapabilities,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
+    FileSystemCapabilities,
+    Implementation,
+    InitializeResponse,
+    PromptResponse,
+)
 
 from ._client import KernelClient
 from ._config import AgentConfig, LimitsConfig
@@ -29,7 +38,7 @@ from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 from ._transport import AgentProcess, agent_environment
 
-__all__ = ["VERSION", "AgentLink"]
+__all__ = ["VERSION", "AgentLink", "Interrupted"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -79,9 +88,12 @@ class AgentLink:
             return Stop(Terminal.FAILED, {"kind": "agent_start_failed", "argv": self.agent.command, "error": str(exc)})
         if self.on_spawn is not None:  # before initialize: a kernel killed now still leaves a trail
             self.on_spawn(self.process.pid)
-        self._conn = ClientSideConnection(self.client, self.process)
-        capabilities = ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
+        # elicitation/create is in the SDK's unstable set: the kernel answers questions (seed 002)
+        self._conn = ClientSideConnection(self.client, self.process, use_unstable_protocol=True)
+        capabilities = ClientCapabilities(  # elicitation: forms only (questions the kernel answers, seed 002)
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+            terminal=True,
+            elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities()),
         )
         initialize = self._conn.initialize(
             protocol_version=PROTOCOL_VERSION,
@@ -122,29 +134,36 @@ class AgentLink:
         if self._open_session == session_id and self.process is not None and not self.process.gone:
             await self._close_open_session()
 
-    async def prompt(self, session_id: str, text: str, *, cancel: asyncio.Event) -> str | Stop:
-        """One `session/prompt` round: the agent's stop reason, or a Stop for a fault, deadline or cancel."""
+    async def prompt(
+        self, session_id: str, text: str, *, cancel: asyncio.Event, interrupt: asyncio.Event | None = None
+    ) -> str | Stop | Interrupted:
+        """One `session/prompt` round: the agent's stop reason, a Stop for a fault, deadline or cancel, or
+        `Interrupted` when `interrupt` (a budget) was set and the turn was cancelled for it."""
         assert self._conn is not None and self.process is not None
         try:
-            return await self._prompt(session_id, text, cancel)
+            return await self._prompt(session_id, text, cancel, interrupt or asyncio.Event())
         finally:
             self.process.forget_prompts()  # anything the agent sends from now on is outside the turn
 
-    async def _prompt(self, session_id: str, text: str, cancel: asyncio.Event) -> str | Stop:
+    async def _prompt(
+        self, session_id: str, text: str, cancel: asyncio.Event, interrupt: asyncio.Event
+    ) -> str | Stop | Interrupted:
         assert self._conn is not None and self.process is not None
         prompt = asyncio.ensure_future(self._conn.prompt(session_id=session_id, prompt=[text_block(text)]))
-        await self._wait_or_exit(prompt, cancel.wait(), timeout=self.limits.turn_timeout_s)
+        await self._wait_or_exit(prompt, cancel.wait(), interrupt.wait(), timeout=self.limits.turn_timeout_s)
         if prompt.done():
             return await self._outcome(prompt, "session/prompt", self._stop_reason)
         if self.process.exited.is_set():  # dead, with its stdout held open by a grandchild
             await _discard(prompt)
             return await self.failure()
-        why = "user_cancel" if cancel.is_set() else "turn_timeout"
+        why = "user_cancel" if cancel.is_set() else "budget" if interrupt.is_set() else "turn_timeout"
         agent_stop, killed = await self._cancel_turn(session_id, prompt)
         self.transcript.record(RecordType.TURN_CANCELLED, why=why, agent_stop_reason=agent_stop, killed=killed)
         detail = {"agent_stop_reason": agent_stop, "killed": killed}
         if why == "user_cancel":
             return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn", **detail})
+        if why == "budget":
+            return Interrupted(agent_stop, killed)
         return Stop(Terminal.FAILED, {"kind": "turn_timeout", "timeout_s": self.limits.turn_timeout_s, **detail})
 
     def _stop_reason(self, response: PromptResponse) -> str:
@@ -244,6 +263,14 @@ class AgentLink:
         assert self._conn is not None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._conn.close_session(session_id=session_id), 2.0)
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """A turn the kernel cancelled for a budget: what the agent answered the cancel with, or that it was killed."""
+
+    agent_stop_reason: str | None
+    killed: bool
 
 
 async def _discard(future: asyncio.Future[Any]) -> None:

@@ -2,6 +2,7 @@
 
     loop-harness run CONFIG.yaml [--json] [--task ID | --prompt TEXT] [--transcript PATH]
     loop-harness bench kernel [--tasks N] [--sandbox]
+    loop-harness limits CONFIG.yaml [--json]
 
 Exit status of `run`: 0 when the run ends `Idle` or `Completed`, 1 for any
 other terminal, 2 for a config that cannot be used (the message names the key).
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             max_steps=args.max_steps,
             trace=args.trace,
         )
+    if args.command == "limits":
+        return _limits(args)
     if args.command == "models":
         from ._models_cli import models_command
 
@@ -94,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--max-tokens", type=int, default=512, help="token budget per prompt turn (default 512)")
     agent.add_argument("--max-steps", type=int, default=6, help="model steps per prompt turn (default 6)")
     agent.add_argument("--trace", metavar="FILE", help="append every completion (prompt, text, timings) as JSONL")
+
+    limits = commands.add_parser("limits", help="the resolved budgets and stall rules, each with its source")
+    limits.add_argument("config", type=Path, help="the run config (YAML)")
+    limits.add_argument("--json", action="store_true", help="print them as one JSON object")
 
     models = commands.add_parser("models", help="the pinned models in models.lock")
     models.add_argument(
@@ -146,6 +153,25 @@ def _run(args: argparse.Namespace) -> int:
     else:
         _print_summary(result)
     return result.exit_code
+
+
+def _limits(args: argparse.Namespace) -> int:
+    """The resolved stack: every budget and stall key, its value and where it came from, then warnings."""
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        return _config_error(args, exc)
+    limits = config.resolved_limits()
+    if args.json:
+        print(json.dumps(limits))
+        return 0
+    width = max(len(key) for key in limits["values"])
+    for key, value in limits["values"].items():
+        shown = "null (off)" if value is None else json.dumps(value)
+        print(f"{key:<{width}}  {shown:<14}  {limits['sources'][key]}")
+    for warning in limits["warnings"]:
+        print(f"warning: {warning}")
+    return 0
 
 
 def _config_error(args: argparse.Namespace, exc: ConfigError) -> int:

@@ -22,7 +22,10 @@ from typing import Any
 
 from acp import RequestError
 from acp.schema import (
+    AcceptElicitationResponse,
     AllowedOutcome,
+    CancelElicitationResponse,
+    CreateElicitationResponse,
     CreateTerminalResponse,
     DeniedOutcome,
     EnvVariable,
@@ -43,9 +46,12 @@ from acp.schema import (
 from ._exec import ExecHost, TerminalGone
 from ._files import read_beneath, write_beneath
 from ._policy import Policy, Turn, Verdict
+from ._questions import form_fields
 from ._records import RecordType
+from ._terminals import Stop
 from ._transcript import Transcript
 from ._transport import ARRIVAL
+from ._watch import TaskWatch
 
 __all__ = ["POLICY_REFUSED", "InteractiveHandler", "KernelClient", "TurnState"]
 
@@ -87,13 +93,15 @@ class KernelClient:
         self.cancelling = False
         self.sessions: set[str] = set()  # every session this run opened
         self.approvals: frozenset[tuple[str, str]] = frozenset()  # interactive path: this turn's
+        self.watch: TaskWatch | None = None  # the task's budgets (None: a single-prompt run)
         self._parked: set[asyncio.Future[dict[str, Any]]] = set()
 
     def on_connect(self, conn: Any) -> None:
         return None
 
-    def begin_task(self, host_tools: frozenset[str] = frozenset()) -> None:
+    def begin_task(self, host_tools: frozenset[str] = frozenset(), watch: TaskWatch | None = None) -> None:
         """A task starts; `host_tools` are the kernel's own MCP tools its role lets the agent call."""
+        self.watch = watch
         self.rule_ids = []
         self.host_tools = host_tools
         self.context_usage = None
@@ -103,6 +111,8 @@ class KernelClient:
         self.cancelling = False
         self.sessions.add(session_id)
         self.approvals = frozenset()  # what a person approved in the last turn is not approved now
+        if self.watch is not None:
+            self.watch.begin_turn()
         return self.turn
 
     def cancel_pending(self) -> int:
@@ -126,6 +136,8 @@ class KernelClient:
             self.turn.tool_calls += 1
         elif isinstance(update, UsageUpdate):
             self.context_usage = {"used": update.used, "size": update.size}
+        if self.watch is not None:
+            self.watch.on_update(update)
 
     # --- session/request_permission ------------------------------------------------------------
 
@@ -213,9 +225,12 @@ class KernelClient:
         self, session_id: str, path: str, content: str, **kwargs: Any
     ) -> WriteTextFileResponse | None:
         target = {"path": path}
+        self._check_budget("fs/write_text_file")
         verdict = self._enforce("fs/write_text_file", self.policy.write(session_id, path, self._moment()), target)
         self.turn.client_calls += 1
         self._record("fs/write_text_file", {"path": path, "bytes": len(content)}, verdict)  # before the write
+        if self.watch is not None:
+            self.watch.kernel_acted()
         root, relative = str(self.policy.worktree), verdict.paths[0]
         try:
             if len(content) <= SMALL_FILE_BYTES:
@@ -239,11 +254,14 @@ class KernelClient:
         **kwargs: Any,
     ) -> CreateTerminalResponse:
         target = {"command": command, "args": args or [], "cwd": cwd}
+        self._check_budget("terminal/create")
         variables = {v.name: v.value for v in env or ()}
         verdict = self.policy.terminal(session_id, command, args, variables, cwd, self._moment())
         self._enforce("terminal/create", verdict, target)
         self._record("terminal/create", target, verdict)  # on record before it runs (its id is in the answer)
         self.turn.client_calls += 1
+        if self.watch is not None:
+            self.watch.kernel_acted()
         assert verdict.workdir is not None
         try:
             terminal_id = await self.exec_host.create(
@@ -299,8 +317,29 @@ class KernelClient:
 
     # --- methods we do not offer: say so, never answer null ------------------------------------
 
-    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
-        raise RequestError.method_not_found("elicitation/create")
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> CreateElicitationResponse:
+        """An agent's question: answered by seed 002's heuristic, one choice per form field, each on the decision
+        ledger; a form that needs free text, a URL, or answering turned off stops the run BlockedAwaitingInput."""
+        if self.watch is None or ARRIVAL.get() is None:  # no turn was running: nobody asked this agent anything
+            return CancelElicitationResponse(action="cancel")
+        schema = getattr(mode, "requested_schema", None)
+        if schema is None:
+            self.watch.unanswerable("elicitation", message, "a URL elicitation needs a person")
+            return CancelElicitationResponse(action="cancel")
+        fields = form_fields(message, schema.model_dump(mode="json", by_alias=True, exclude_none=True))
+        if isinstance(fields, str):
+            self.watch.unanswerable("elicitation", message, fields)
+            return CancelElicitationResponse(action="cancel")
+        content: dict[str, Any] = {}
+        for field in fields:
+            if not field.options:
+                content[field.name] = field.default
+                continue
+            choice = self.watch.answer("elicitation", field.question, list(field.options))
+            if choice is None:
+                return CancelElicitationResponse(action="cancel")
+            content[field.name] = [choice.option.id] if field.multiple else choice.option.id
+        return AcceptElicitationResponse(action="accept", content=content)
 
     async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
         return None
@@ -312,6 +351,17 @@ class KernelClient:
         return None
 
     # --- helpers -------------------------------------------------------------------------------
+
+    def _check_budget(self, source: str) -> None:
+        """Once a budget has stopped the task, the kernel writes and runs nothing more for it while the turn
+        is cancelled (the grace period is not a window for more work)."""
+        if self.watch is not None and isinstance(self.watch.tripped, Stop):
+            reason = dict(self.watch.tripped.reason)
+            self.transcript.record(RecordType.BUDGET, event="refused_after_stop", source=source,
+                                   stop_code=reason.get("stop_code"))  # fmt: skip
+            error = {"error": "the task's budget is spent; the turn is being cancelled", "kind": reason["kind"],
+                     "stop_code": reason.get("stop_code")}  # fmt: skip
+            raise RequestError.invalid_request(error)
 
     def _enforce(self, source: str, verdict: Verdict, target: Mapping[str, Any]) -> Verdict:
         if not verdict.allowed:

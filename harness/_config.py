@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._exceptions import ConfigError
+from ._limits import DEFAULTS, AutonomyConfig, ResolvedAutonomy, resolve_autonomy
 
 __all__ = [
     "AgentConfig",
@@ -226,7 +227,7 @@ class LimitsConfig(_Strict):
     init_timeout_s: float = Field(default=30.0, gt=0)  # spawn + initialize + session/new
 
 
-HOST_TOOLS = ("get_issue", "open_proposal", "submit_review", "get_commits_status", "plan_verification")
+HOST_TOOLS = ("get_issue", "open_proposal", "submit_review", "get_commits_status", "plan_verification", "ask_question")
 HOST_SERVER_NAME = "loop-harness-host"  # the host tools' entry in session/new mcpServers
 
 
@@ -296,10 +297,30 @@ class Config(_Strict):
     role: RoleConfig = Field(default_factory=RoleConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     commit: CommitConfig | None = None  # written as `workspace: {path: ..., commit: {...}}`
+    # seed 002's budgets, stall rules and question answering, resolved env > file > profile > default
+    autonomy: AutonomyConfig = Field(default_factory=lambda: AutonomyConfig.model_validate(DEFAULTS))
+    autonomy_sources: dict[str, str] = Field(default_factory=dict)  # key -> where its value came from
+    autonomy_warnings: list[str] = Field(default_factory=list)  # caps another cap makes unreachable
     transcripts: Path | None = None  # directory for run transcripts
     # Where the config came from: its own file is a protected path.
     source: Path | None = None
     role_source: Path | None = None
+
+    def resolved_limits(self) -> dict[str, Any]:
+        """Every budget and stall key with its value and source, and the warnings: what `loop-harness limits`
+        prints and the run's first transcript record carries."""
+        values: dict[str, Any] = {
+            "limits.max_iterations": self.limits.max_iterations,
+            "limits.turn_timeout_s": self.limits.turn_timeout_s,
+        }
+        sources = {key: self.autonomy_sources.get(key, "default") for key in values}
+        resolved = ResolvedAutonomy(self.autonomy, self.autonomy_sources, tuple(self.autonomy_warnings))
+        for key, value, source in resolved.rows():
+            values[f"autonomy.{key}"], sources[f"autonomy.{key}"] = value, source
+        return {"values": values, "sources": sources, "warnings": list(self.autonomy_warnings)}
+
+
+_LIMIT_KEYS = ("max_iterations", "turn_timeout_s")  # the limits `loop-harness limits` shows beside the budgets
 
 
 def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Config:
@@ -333,6 +354,10 @@ def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Co
                 sandbox[key] = (base_dir / Path(sandbox[key]).expanduser()).resolve()
     data["source"] = source
     data["role_source"] = role_source
+    autonomy = data.pop("autonomy", None)
+    for key in ("autonomy_sources", "autonomy_warnings"):
+        if key in data:
+            raise ConfigError(key, "is the resolved stack, not a config key (write autonomy: {...})")
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
@@ -341,7 +366,14 @@ def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Co
         raise ConfigError(key, error["msg"]) from None
     if not config.workspace.is_dir():
         raise ConfigError("workspace", f"{config.workspace} is not a directory")
-    return config
+    resolved = resolve_autonomy(
+        autonomy, max_iterations=config.limits.max_iterations, turn_timeout_s=config.limits.turn_timeout_s
+    )
+    written_limits = data.get("limits") if isinstance(data.get("limits"), dict) else {}
+    sources = {f"limits.{k}": "file" if k in written_limits else "default" for k in _LIMIT_KEYS}
+    update = {"autonomy": resolved.config, "autonomy_sources": {**dict(resolved.sources), **sources},
+              "autonomy_warnings": list(resolved.warnings)}  # fmt: skip
+    return config.model_copy(update=update)
 
 
 def load_config(path: str | Path) -> Config:

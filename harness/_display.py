@@ -37,7 +37,11 @@ class RunDisplay:
                 self._print(f"[bold]→ {task['id']}[/bold]: {task['title']}")
             self._show(f"{self._task}: waiting for the agent")
         elif kind == "turn":
-            self._show(f"{self._task}: turn {record['iteration']} ({record['prompt_kind'].replace('_', ' ')})")
+            self._show(
+                f"{self._task}: {_budget_line(record.get('budget'))} ({record['prompt_kind'].replace('_', ' ')})"
+            )
+        elif kind == "budget" and record["event"] in ("tripped", "new_segment", "nudge", "convergence"):
+            self._print(f"  [yellow]budget[/yellow] {_budget_event(record)}")
         elif kind == "usage" and record.get("usage"):
             self._show(f"{self._task}: {record['usage'].get('totalTokens', 0)} tokens so far")
         elif kind == "policy" and record["decision"] == "refuse":
@@ -69,6 +73,24 @@ class RunDisplay:
 
     def _print(self, text: str) -> None:
         self.console.print(text)
+
+
+def _budget_line(budget: dict[str, Any] | None) -> str:
+    """`turn cur/max · total cur/max · cont cur/max` (seed 002's header)."""
+    if not budget:
+        return "turn"
+    return " · ".join(f"{key} {budget[key][0]}/{budget[key][1]}" for key in ("turn", "total", "cont"))
+
+
+def _budget_event(record: dict[str, Any]) -> str:
+    if record["event"] == "tripped":
+        reason = record["reason"]
+        if "stop_code" not in reason:  # a question that needs a person
+            return f"{reason['kind']}: {reason.get('why', '')}"
+        return f"{reason['stop_code']}: {reason['current']} of {reason['limit']} ({reason['key']}, {reason['source']})"
+    if record["event"] == "new_segment":
+        return f"new segment ({record['why']}): continuation {record['continuation']}/{record['limit']}"
+    return f"{record['event']} sent to the agent"
 
 
 def summary_table(result: RunResult) -> Table:

@@ -5,6 +5,8 @@
     submit_review       review the proposal being worked on (approve, request_changes or comment)
     get_commits_status  the checks on a ref (default: the proposal's head, else HEAD)
     plan_verification   the steps to verify the change: the files it touches, and what to run
+    ask_question        a question with options: no person is there, so the kernel answers it at once
+                        (seed 002's heuristic) and keeps the choice on the task's decision ledger
 
 A role's allowlist decides which of them a task's agent sees and may call; an empty allowlist
 keeps them all. This module is transport-free: `_mcp_host.py` serves it over MCP.
@@ -21,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 import pygit2
 
+from ._questions import Choice, Option
 from ._terminals import Stop
 from .queues import HostToolProvider, QueueProvider, Task, TaskKind
 
@@ -64,6 +67,31 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
         "description": "How to verify the change: the files it touches and what to run.",
         "inputSchema": {"type": "object", "properties": {}},
     },
+    "ask_question": {
+        "description": "Ask a question with a few options. No person is watching: it is answered at once, "
+        "preferring the recommended, default or simplest option. Put the option you recommend first.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "question": {"type": "string", "maxLength": 400},
+                "options": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 10,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "string", "maxLength": 80},
+                            "label": {"type": "string", "maxLength": 200},
+                            "description": {"type": "string", "maxLength": 400},
+                        },
+                        "required": ["label"],
+                    },
+                },
+            },
+            "required": ["question", "options"],
+        },
+    },
 }
 DEFAULT_TOOLS = tuple(TOOL_SPECS)  # the config's HOST_TOOLS, which role allowlists are checked against (a test)
 
@@ -88,6 +116,8 @@ class TaskBinding:
     allowed: frozenset[str]
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     used: list[str] = field(default_factory=list)  # tools called successfully, in order
+    # ask_question's answerer (the task's budgets watch): the choice, or None when a person must answer
+    ask: Callable[[str, list[Option]], Choice | None] | None = None
     host_stops: dict[str, Stop] = field(default_factory=dict)  # operation -> the host signal it ran into
 
 
@@ -140,6 +170,8 @@ class HostTools:
             result = {"ref": ref, **await self._host(binding, "commits_status", lambda h: h.commits_status(ref))}
         elif name == "plan_verification":
             result = self._plan(task)
+        elif name == "ask_question":
+            result = _ask(binding, arguments)
         else:
             raise HostToolError(f"unknown tool {name!r}")
         binding.used.append(name)
@@ -206,6 +238,25 @@ class HostTools:
             "check get_commits_status for the change's head",
         ]
         return {"proposal": task.id, "changed_files": changed, "steps": steps}
+
+
+def _ask(binding: TaskBinding, arguments: dict[str, Any]) -> dict[str, Any]:
+    question, raw = arguments.get("question"), arguments.get("options")
+    if not isinstance(question, str) or not isinstance(raw, list) or not raw:
+        raise HostToolError("ask_question needs a question (text) and options (a list of {id, label, description})")
+    options = []
+    for index, entry in enumerate(raw):
+        entry = {"label": entry} if isinstance(entry, str) else entry
+        if not isinstance(entry, dict) or not isinstance(entry.get("label"), str):
+            raise HostToolError(f"option {index} has no label")
+        options.append(
+            Option(str(entry.get("id") or entry["label"]), entry["label"], str(entry.get("description", "")))
+        )
+    choice = binding.ask(question, options) if binding.ask is not None else None
+    if choice is None:
+        raise HostToolError("no answer: this question needs a person, and the run now waits for one")
+    return {"answer": choice.option.id, "label": choice.option.label, "confidence": choice.confidence,
+            "rationale": choice.rationale, "answered_by": "loop-harness (no person is watching)"}  # fmt: skip
 
 
 def _resolve(repo: pygit2.Repository, name: str) -> pygit2.Oid | None:

@@ -157,6 +157,7 @@ class Kernel:
             agent=self.config.agent.command,
             provider=self.provider.name,
             rules=[r.id for r in self.config.policy.rules],
+            limits=self.config.resolved_limits(),
             **trust,  # what recovery checks a marker against, should this kernel die
         )
         for ended in recovered:

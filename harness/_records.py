@@ -38,6 +38,8 @@ class RecordType(StrEnum):
     STEER_QUEUED = "steer_queued"
     STEER_DELIVERED = "steer_delivered"
     USAGE = "usage"  # the prompt answer's token usage
+    BUDGET = "budget"  # a budget or stall rule tripped, a new segment, a nudge or the convergence instruction
+    QUESTION = "question"  # an agent's question and the kernel's answer: the decision ledger
     POLICY = "policy"  # one decision: allow, refuse (a deny rule or no rule) or interactive
     EGRESS = "egress"  # one network connection the sandbox's proxy allowed or refused
     TASK_END = "task_end"

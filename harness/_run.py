@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from ._agent_link import AgentLink
+from ._agent_link import AgentLink, Interrupted
+from ._budget import CONVERGE_PROMPT, Account, NewSegment, StopCode
+from ._changes import ChangeMeter
 from ._client import InteractiveHandler, KernelClient
 from ._commit import commit_task
 from ._completed import CompletedTasks
@@ -39,6 +41,7 @@ from ._exec import ExecHost
 from ._hostcalls import HostCalls
 from ._policy import Policy
 from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state
+from ._questions import restate
 from ._records import RecordType
 from ._recovery import TOKEN_VARIABLE, ActiveRuns
 from ._results import TaskResult
@@ -46,13 +49,17 @@ from ._sandbox import PROXY_PORT, Sandbox, SandboxError, find_bwrap, plan_sandbo
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 from ._transport import agent_environment
-from ._turns import PromptKind, TurnOutcome, after_turn, before_turn
+from ._turns import SEGMENT_PROMPT, PromptKind, TurnOutcome, after_turn, before_turn
+from ._watch import TaskWatch
 from .queues import QueueProvider, Task
 
 if TYPE_CHECKING:
     from ._mcp_host import HostToolServer
 
 __all__ = ["Agent", "Controls", "Run", "RunState", "Teardown"]
+
+#: Config fields that do not change which queue a run drains (its remembered completions stay).
+_NOT_THE_QUEUE = {"source", "role_source", "autonomy", "autonomy_sources", "autonomy_warnings"}
 
 
 class RunState(StrEnum):
@@ -176,6 +183,8 @@ class Run:
         self.teardown.add("provider", provider.aclose)
         self.git_dir = find_git_dir(config.workspace)  # None: not a git worktree (a precondition says so)
         self._repo: pygit2.Repository | None = None  # opened at the first git state read
+        self._meter: ChangeMeter | None = None  # opened at the first task
+        self.last_counts: dict[str, Any] = {}  # the last session's budget counts (its task_end record)
         self.policy = Policy(
             config.policy.rules,
             config.workspace,
@@ -358,7 +367,7 @@ class Run:
         if not self.remembers:
             return None
         # The queue: this config, as written (an edited config is a fresh record), and what it drains.
-        written = hashlib.sha256(self.config.model_dump_json(exclude={"source", "role_source"}).encode()).hexdigest()
+        written = hashlib.sha256(self.config.model_dump_json(exclude=_NOT_THE_QUEUE).encode()).hexdigest()
         queue = f"{self.config.role.trigger}:{self.config.source or 'inline'}:{written}"
         return CompletedTasks(self.transcript_path.parent, workspace=self.config.workspace, git_dir=self.git_dir,
                               queue=queue)  # fmt: skip
@@ -435,15 +444,17 @@ class Run:
         started = time.monotonic()
         prompt = _task_prompt(self.config.role.prompt, task)
         host_stops: dict[str, Stop] = {}
+        watch = self._new_watch()
         if agent.host_tools is None:
             agent.client.begin_task()
-            stop, iterations = await self.session(agent, prompt, task=task)
+            stop, iterations = await self.session(agent, prompt, task=task, watch=watch)
             used: list[str] = []
         else:
             binding = agent.host_tools.tools.bind(task, self.config.role.tools)
+            binding.ask = lambda question, options: watch.answer("ask_question", question, options)
             agent.client.begin_task(binding.allowed)
             with agent.host_tools.serving(binding) as entry:
-                stop, iterations = await self.session(agent, prompt, task=task, mcp_servers=[entry])
+                stop, iterations = await self.session(agent, prompt, task=task, mcp_servers=[entry], watch=watch)
             used, host_stops = binding.used, binding.host_stops
         stop = self._check_termination(stop, used, host_stops=host_stops)
         result = TaskResult(
@@ -455,6 +466,7 @@ class Run:
             iterations=iterations,
             tokens=self._tokens(agent),
             seconds=time.monotonic() - started,
+            budget=self.last_counts,
         )
         self.transcript.record(RecordType.TASK_END, **result.to_json())
         return result
@@ -482,40 +494,110 @@ class Run:
     # --- a session, turn by turn ---------------------------------------------------------------
 
     async def session(
-        self, agent: Agent, first_prompt: str, *, task: Task | None, mcp_servers: list[dict[str, Any]] | None = None
+        self,
+        agent: Agent,
+        first_prompt: str,
+        *,
+        task: Task | None,
+        mcp_servers: list[dict[str, Any]] | None = None,
+        watch: TaskWatch | None = None,
     ) -> tuple[Stop, int]:
         """Run one session to its end: the stop, and the number of prompt rounds."""
         meta = {"loopHarness": {"taskId": task.id, "title": task.title}} if task else {}
         session_id = await agent.link.new_session(self.config.workspace, meta, mcp_servers or [])
         if isinstance(session_id, Stop):
             return session_id, 0
-        limits = self.config.limits
+        watch = watch or self._new_watch()
+        agent.client.watch = watch
         text, kind = first_prompt, str(PromptKind.TASK)
         standing = iterations = 0
         try:
             while True:
-                stop = before_turn(iterations=iterations, max_iterations=limits.max_iterations,
-                                   cancel_requested=self.controls.cancel_requested)  # fmt: skip
-                if stop is not None:
-                    return stop, iterations
+                budget = watch.tripped if isinstance(watch.tripped, Stop) else watch.account.before_turn()
+                step = before_turn(budget=budget, cancel_requested=self.controls.cancel_requested)
+                if isinstance(step, Stop):
+                    return step, iterations
+                if isinstance(step, NewSegment):
+                    self.transcript.record(RecordType.BUDGET, event="new_segment", why=step.why,
+                                           continuation=step.continuation, limit=step.limit)  # fmt: skip
                 iterations += 1
-                self.position = {"task": task.id if task else None, "iteration": iterations}
-                text, kind = self._with_steering(text, kind)
+                converge = watch.account.converge_now()  # before the round is counted: the rounds left
+                watch.account.turn_started()
+                self.position = {"task": task.id if task else None, "iteration": iterations, **self._counts(watch)}
+                text, kind = self._with_notes(watch, text, kind, converge=converge)
                 turn = agent.client.begin_turn(session_id)
-                self.transcript.record(RecordType.TURN, iteration=iterations, prompt_kind=kind)
-                answer = await agent.link.prompt(session_id, text, cancel=self.cancel_event)
+                self.transcript.record(
+                    RecordType.TURN, iteration=iterations, prompt_kind=kind, budget=self._counts(watch)
+                )
+                answer = await agent.link.prompt(session_id, text, cancel=self.cancel_event, interrupt=watch.interrupt)
                 if isinstance(answer, Stop):
                     return answer, iterations
                 refused = self.refused()
+                if isinstance(answer, Interrupted):  # a budget cancelled the turn
+                    if refused is not None:
+                        return refused, iterations
+                    stop = _interrupted(watch.tripped, answer)
+                    if stop is not None:
+                        return stop, iterations
+                    text, kind = SEGMENT_PROMPT, str(PromptKind.CONTINUE_NEW_SEGMENT)
+                    continue
+                if refused is None:  # a refusal says more than a budget
+                    stop = watch.turn_ended(tool_calls=turn.tool_calls)
+                    if stop is not None:
+                        return stop, iterations
                 outcome = TurnOutcome(answer, turn.tool_calls, turn.client_calls, refused.reason if refused else None)
-                step = after_turn(outcome, single_prompt=task is None, standing=standing,
-                                  standing_answers=limits.standing_answers)  # fmt: skip
-                if isinstance(step, Stop):
-                    return step, iterations
-                text, kind, standing = step.text, str(step.kind), step.standing
+                next_ = after_turn(outcome, single_prompt=task is None, standing=standing,
+                                   standing_answers=self.config.limits.standing_answers)  # fmt: skip
+                if isinstance(next_, Stop):
+                    return next_, iterations
+                text, kind, standing = next_.text, str(next_.kind), next_.standing
         finally:
+            self.last_counts = self._counts(watch)
+            agent.client.watch = None
             await agent.client.exec_host.release_session(session_id)
             await agent.link.end_session(session_id)
+
+    def _new_watch(self) -> TaskWatch:
+        """A fresh account for a session, its change meter started on the tree as it is now."""
+        account = Account(self.config.autonomy, self.config.autonomy_sources,
+                          max_iterations=self.config.limits.max_iterations)  # fmt: skip
+        if self._meter is None and self.git_dir is not None:
+            with contextlib.suppress(pygit2.GitError, OSError):
+                self._meter = ChangeMeter(self.config.workspace, self.git_dir)
+        if self._meter is not None:
+            try:
+                self._meter.start()
+            except (pygit2.GitError, OSError) as exc:
+                self.transcript.record(RecordType.BUDGET, event="changes_unmeasured", error=str(exc))
+                return TaskWatch(account, None, self.transcript)
+        return TaskWatch(account, self._meter, self.transcript)
+
+    def _with_notes(self, watch: TaskWatch, text: str, kind: str, *, converge: bool) -> tuple[str, str]:
+        """The prompt with the operator's steering, the kernel's nudges and the decisions it took."""
+        text, kind = self._with_steering(text, kind)
+        if converge:
+            watch.notes.append(("convergence", CONVERGE_PROMPT))
+        notes, watch.notes = watch.notes, []
+        for name, note in notes:
+            self.transcript.record(RecordType.BUDGET, event=name, **self._counts(watch))
+            text, kind = f"{text}\n\n{note}", f"{kind}+{name}"
+        decisions = watch.take_decisions()
+        if decisions:
+            text, kind = f"{text}\n\n{restate(decisions)}", f"{kind}+decisions"
+        return text, kind
+
+    @staticmethod
+    def _counts(watch: TaskWatch) -> dict[str, Any]:
+        """What the progress line shows: turn cur/max · total cur/max · cont cur/max, and tool calls."""
+        counts, budget = watch.account.counts, watch.account.autonomy.budget
+        return {
+            "turn": [counts.segment_turns, budget.model_turns.per_segment],
+            "total": [counts.model_turns, budget.model_turns.total],
+            "cont": [counts.continuations, budget.model_turns.continuations],
+            "tool_calls": [counts.segment_tool_calls, budget.tool_calls.per_segment],
+            "files": counts.files,
+            "lines": counts.lines,
+        }
 
     def _tokens(self, agent: Agent) -> dict[str, Any] | None:
         """The task's token usage: the prompt answer's, else the last `usage_update` (Codex reports only
@@ -538,6 +620,20 @@ class Run:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.cancel_event.wait(), seconds)
         return self.cancel_event.is_set()
+
+
+def _interrupted(tripped: Stop | NewSegment | None, answer: Interrupted) -> Stop | None:
+    """The stop a budget interrupt ends the task with; None: a new segment goes on."""
+    detail = {"agent_stop_reason": answer.agent_stop_reason, "killed": answer.killed}
+    if isinstance(tripped, Stop):
+        return Stop(tripped.terminal, {**tripped.reason, **detail})
+    assert tripped is not None
+    if answer.killed:  # it ignored session/cancel: there is no session left to continue
+        reason = {"kind": "budget", "stop_code": str(StopCode.AGGREGATE_TOOL_CALL_LIMIT),
+                  "key": "budget.tool_calls.per_segment",
+                  "detail": "the agent did not stop for session/cancel at a segment ceiling", **detail}  # fmt: skip
+        return Stop(Terminal.MAX_ITERATIONS, reason)
+    return None
 
 
 def _closer(sock: socket.socket) -> Callable[[], Awaitable[None]]:

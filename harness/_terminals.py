@@ -20,7 +20,7 @@ class Terminal(StrEnum):
     COMPLETED = "Completed"  # a task (or a single-task run) finished
     END_TURN = "EndTurn"  # a single-prompt run: the agent ended its turn
     CANCELLED = "Cancelled"  # a user's cancel, or the agent cancelled the turn itself
-    MAX_ITERATIONS = "MaxIterations"  # more prompt rounds in one task than limits.max_iterations
+    MAX_ITERATIONS = "MaxIterations"  # a budget or stall rule stopped the task (a stop code says which)
     BLOCKED_POLICY = "BlockedPolicy"  # the policy refused a request during the turn
     BLOCKED_AWAITING_INPUT = "BlockedAwaitingInput"  # no-tool turns outlasted the standing answers
     BLOCKED_RATE_LIMITED = "BlockedRateLimited"  # the host kept rate-limiting past the retry budget
@@ -42,9 +42,9 @@ REASON_KINDS: Mapping[Terminal, frozenset[str]] = {
     Terminal.COMPLETED: frozenset({"end_turn", "completed_earlier"}),
     Terminal.END_TURN: frozenset({"end_turn"}),
     Terminal.CANCELLED: frozenset({"user_cancel", "agent_cancelled", "interrupted"}),
-    Terminal.MAX_ITERATIONS: frozenset({"iterations"}),
+    Terminal.MAX_ITERATIONS: frozenset({"budget", "stall"}),
     Terminal.BLOCKED_POLICY: frozenset({"policy_refusal"}),
-    Terminal.BLOCKED_AWAITING_INPUT: frozenset({"no_tool_call", "termination"}),
+    Terminal.BLOCKED_AWAITING_INPUT: frozenset({"no_tool_call", "termination", "question"}),
     Terminal.BLOCKED_RATE_LIMITED: frozenset({"rate_limited"}),
     Terminal.BLOCKED_PRECONDITION: frozenset({"precondition"}),
     Terminal.BLOCKED_HOST_UNAVAILABLE: frozenset({"host_unavailable", "host_rejected"}),

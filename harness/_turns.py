@@ -3,7 +3,8 @@
 The kernel awaits the agent; these functions decide. Every branch of the table is tested in
 `tests/scripted/test_turn_table.py` in milliseconds, and budgets add their checks here.
 
-    before each turn:  iterations spent → MaxIterations;  a user's cancel → Cancelled
+    before each turn:  a model-turn budget spent → MaxIterations (its stop code; see _budget)
+                       a user's cancel → Cancelled;  a segment ceiling → a new segment, and on
     after each turn:   a refusal on record       → BlockedPolicy (whatever the stop reason)
                        stopReason refusal        → Failed
                        stopReason cancelled      → Cancelled
@@ -21,14 +22,28 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from ._budget import NewSegment
 from ._terminals import Stop, Terminal
 
-__all__ = ["CONTINUE_PROMPT", "STANDING_PROMPT", "NextPrompt", "PromptKind", "TurnOutcome", "after_turn", "before_turn"]
+__all__ = [
+    "CONTINUE_PROMPT",
+    "SEGMENT_PROMPT",
+    "STANDING_PROMPT",
+    "NextPrompt",
+    "PromptKind",
+    "TurnOutcome",
+    "after_turn",
+    "before_turn",
+]
 
 STANDING_PROMPT = (
     "Continue without waiting for input; policy decides permissions. If the task is finished, say so and end your turn."
 )
 CONTINUE_PROMPT = "Continue."
+SEGMENT_PROMPT = (
+    "You reached this segment's tool-call budget and the turn was stopped; a new segment starts now. Continue "
+    "the task where you left off, with fewer and more targeted tool calls."
+)
 
 
 class PromptKind(StrEnum):
@@ -38,6 +53,7 @@ class PromptKind(StrEnum):
     STANDING_POLICY = "standing_policy"
     CONTINUE_AFTER_MAX_TOKENS = "continue_after_max_tokens"
     CONTINUE_AFTER_MAX_TURN_REQUESTS = "continue_after_max_turn_requests"
+    CONTINUE_NEW_SEGMENT = "continue_new_segment"  # a tool-call segment ceiling cancelled the turn
 
 
 @dataclass(frozen=True)
@@ -63,13 +79,13 @@ class NextPrompt:
     standing: int
 
 
-def before_turn(*, iterations: int, max_iterations: int, cancel_requested: bool) -> Stop | None:
-    """Whether the next turn may start: `iterations` turns have run in this session."""
-    if iterations >= max_iterations:
-        return Stop(Terminal.MAX_ITERATIONS, {"kind": "iterations", "current": iterations + 1, "limit": max_iterations})
+def before_turn(*, budget: Stop | NewSegment | None, cancel_requested: bool) -> Stop | NewSegment | None:
+    """Whether the next turn may start: `budget` is the model-turn budgets' answer (`Account.before_turn`)."""
+    if isinstance(budget, Stop):
+        return budget
     if cancel_requested:
         return Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn_boundary"})
-    return None
+    return budget
 
 
 def after_turn(outcome: TurnOutcome, *, single_prompt: bool, standing: int, standing_answers: int) -> Stop | NextPrompt:

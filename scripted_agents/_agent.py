@@ -262,6 +262,33 @@ class _Player:
         self._update({"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"})
         self.open_calls.append(call_id)
 
+    def _step_tool_calls(self, spec: dict[str, Any]) -> None:
+        """`count` tool calls in a row (no permission asked), each `completed` at once unless `status` says
+        otherwise; `same: true` repeats one call exactly, else each has its own arguments; `interval`
+        seconds between them (a cancel ends the wait)."""
+        for index in range(int(spec["count"])):
+            if index and spec.get("interval"):
+                self._step_sleep(spec["interval"])
+            self._check_cancel()
+            call_id = f"{spec.get('prefix', 'many')}_{index}"
+            raw = {"command": spec.get("command", "true")} if spec.get("same") else {"command": f"echo {index}"}
+            self._update({"sessionUpdate": "tool_call", "toolCallId": call_id, "title": spec.get("title", "Run"),
+                          "kind": spec.get("kind", "execute"), "status": "pending", "rawInput": raw})  # fmt: skip
+            self._update({"sessionUpdate": "tool_call_update", "toolCallId": call_id,
+                          "status": spec.get("status", "completed")})  # fmt: skip
+
+    def _step_elicit(self, spec: dict[str, Any]) -> None:
+        """Ask the client a question (elicitation/create, form mode) and say what came back."""
+        assert self.session is not None
+        params = {"sessionId": self.session.id, "mode": "form", "message": spec["message"],
+                  "requestedSchema": {"type": "object", **spec["schema"]}}  # fmt: skip
+        try:
+            answer = self.wire.request("elicitation/create", params)
+        except RemoteError as exc:
+            self._message(f"elicitation failed: {exc}")
+            return
+        self._message(f"elicitation answer: {json.dumps(answer, sort_keys=True)}")
+
     def _step_tool_update(self, spec: dict[str, Any]) -> None:
         update = {"sessionUpdate": "tool_call_update", "toolCallId": spec["id"]}
         update.update({k: v for k, v in spec.items() if k != "id"})

@@ -44,6 +44,8 @@ STEP_KINDS = frozenset(
         "thought",
         "plan",
         "tool_call",
+        "tool_calls",
+        "elicit",
         "tool_update",
         "write",
         "read",

@@ -234,3 +234,34 @@ def test_the_agent_serves_any_acp_client(harness_model, threads, tmp_path):
     for line in lines:
         assert json.loads(line)["jsonrpc"] == "2.0"
     assert json.loads(lines[0])["result"]["agentInfo"]["name"] == "loop-harness-inference"
+
+
+TWO_FILES = {
+    "id": "T1",
+    "title": "Write two files",
+    "body": "Create the file out/a.txt containing the word alpha, then the file out/b.txt containing beta.",
+}
+
+
+@pytest.mark.parametrize(
+    ("autonomy", "ignored", "code", "current", "limit"),
+    [
+        ({"budget": {"tool_calls": {"per_segment": 1}, "model_turns": {"per_segment": 4, "total": 4,
+                                                                      "continuations": 0}}},
+         ["out/"], "AGGREGATE_TOOL_CALL_LIMIT", 2, 1),
+        ({"budget": {"changes": {"files_total": 1, "lines_total": 100}}}, [], "FILE_CHANGE_LIMIT", 2, 1),
+    ],
+)  # fmt: skip
+def test_tight_budgets_stop_the_real_model_with_their_stop_code(
+    inference_config, run_loop, tmp_path, autonomy, ignored, code, current, limit
+):
+    workspace = make_workspace(tmp_path / "budgeted", ignore=ignored)
+    result = run_loop(inference_config([TWO_FILES], workspace=workspace, autonomy=autonomy))
+
+    calls = [m for m in incoming(result, "session/update") if m["params"]["update"]["sessionUpdate"] == "tool_call"]
+    assert len(calls) >= 2, "the model made fewer than two tool calls: the cap would never be reached"
+    assert result.terminal is Terminal.MAX_ITERATIONS, result.reason
+    assert (result.reason["stop_code"], result.reason["current"], result.reason["limit"]) == (code, current, limit)
+    assert result.reason["source"] == "file"
+    if code == "FILE_CHANGE_LIMIT":  # the second file was written, and the budget saw it at once
+        assert sorted(p.name for p in (workspace.path / "out").iterdir()) == ["a.txt", "b.txt"]

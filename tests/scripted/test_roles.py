@@ -63,7 +63,10 @@ def test_an_empty_allowlist_keeps_the_default_tools(scripted_scenario, harness_c
 
     assert result.terminal is Terminal.IDLE
     said = messages(result)
-    assert "mcp tools: get_issue, open_proposal, submit_review, get_commits_status, plan_verification" in said
+    assert (
+        "mcp tools: get_issue, open_proposal, submit_review, get_commits_status, plan_verification, ask_question"
+        in said
+    )
     issue = json.loads(next(m for m in said if m.startswith("mcp get_issue: "))[len("mcp get_issue: ") :])
     assert issue == {"id": "T1", "title": "Add a greeting", "body": "say hi", "kind": "issue"}
 

@@ -96,7 +96,8 @@ def test_max_iterations_when_the_agent_never_finishes(scripted_scenario, harness
     result = run_loop(harness_config(path, limits={"max_iterations": 3}))
 
     assert result.terminal is Terminal.MAX_ITERATIONS
-    assert result.reason == {"kind": "iterations", "current": 4, "limit": 3}
+    assert result.reason == {"kind": "budget", "stop_code": "AGENT_MODEL_TURN_LIMIT", "current": 4, "limit": 3,
+                             "key": "limits.max_iterations", "source": "file"}  # fmt: skip
     assert result.tasks[0].iterations == 3
     assert prompts(result)[1:] == [CONTINUE_PROMPT, CONTINUE_PROMPT]
 

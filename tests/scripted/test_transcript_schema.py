@@ -117,7 +117,8 @@ def test_records_picks_a_type_and_matching_fields(scripted_scenario, harness_con
 def test_a_transcript_with_a_bad_line_fails_validation_naming_it(tmp_path_factory):
     path = tmp_path_factory.mktemp("forged") / "run.jsonl"  # not under tmp_path: conftest would check it too
     start = {"seq": 1, "t": 0.0, "type": "run_start", "mode": "queue", "kernel_version": "0", "workspace": "/w",
-             "config": None, "agent": ["a"], "provider": "memory", "rules": []}  # fmt: skip
+             "config": None, "agent": ["a"], "provider": "memory", "rules": [],
+             "limits": {"values": {}, "sources": {}, "warnings": []}}  # fmt: skip
     lines = [start, {**POLICY, "seq": 2, "decision": "deny"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in lines))
     with pytest.raises(AssertionError, match=r"record 2 \(policy\): 'deny' is not one of"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness import CONTINUE_PROMPT, STANDING_PROMPT, Stop, Terminal
+from harness._budget import NewSegment
 from harness._turns import NextPrompt, PromptKind, TurnOutcome, after_turn, before_turn
 from harness.pytest_plugin import LOOP_SCRIPTED
 
@@ -59,23 +60,29 @@ def test_no_standing_answers_blocks_at_the_first_idle_turn():
     assert step == Stop(Terminal.BLOCKED_AWAITING_INPUT, {"kind": "no_tool_call", "standing_answers": 0, "limit": 0})
 
 
+SPENT = Stop(Terminal.MAX_ITERATIONS, {"kind": "budget", "stop_code": "AGENT_MODEL_TURN_LIMIT", "current": 4,
+                                      "limit": 3, "key": "limits.max_iterations", "source": "file"})  # fmt: skip
+SEGMENT = NewSegment("model_turns", 1, 2)
+
+
 @pytest.mark.parametrize(
-    ("iterations", "cancel", "expected"),
+    ("budget", "cancel", "expected"),
     [
-        (0, False, None),
-        (2, False, None),
-        (3, False, Stop(Terminal.MAX_ITERATIONS, {"kind": "iterations", "current": 4, "limit": 3})),
-        (4, False, Stop(Terminal.MAX_ITERATIONS, {"kind": "iterations", "current": 5, "limit": 3})),
-        (0, True, Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn_boundary"})),
-        # Spent iterations say more than a cancel at the same boundary.
-        (3, True, Stop(Terminal.MAX_ITERATIONS, {"kind": "iterations", "current": 4, "limit": 3})),
+        (None, False, None),
+        (SPENT, False, SPENT),
+        (SEGMENT, False, SEGMENT),
+        (None, True, Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn_boundary"})),
+        # A spent budget says more than a cancel at the same boundary; a cancel wins over a new segment.
+        (SPENT, True, SPENT),
+        (SEGMENT, True, Stop(Terminal.CANCELLED, {"kind": "user_cancel", "during": "turn_boundary"})),
     ],
 )
-def test_whether_the_next_turn_may_start(iterations, cancel, expected):
-    assert before_turn(iterations=iterations, max_iterations=3, cancel_requested=cancel) == expected
+def test_whether_the_next_turn_may_start(budget, cancel, expected):
+    assert before_turn(budget=budget, cancel_requested=cancel) == expected
 
 
 def test_prompt_kinds_are_what_the_transcript_records():
     assert [str(k) for k in PromptKind] == [
         "task", "standing_policy", "continue_after_max_tokens", "continue_after_max_turn_requests",
+        "continue_new_segment",
     ]  # fmt: skip
