@@ -2,14 +2,16 @@
 
     a tracked text file     its changed lines: deletions + additions, an added line of L bytes counting
                             ceil(L / 80) (a dense payload with few newlines cannot slip under the cap)
-    an untracked text file  its lines, or ceil(size / 80) when that is more
+    a new text file         its lines, or ceil(size / 80) when that is more
     a binary file           counts toward the file cap, zero lines (git's test: a NUL in the first 8000 bytes)
     an ignored path         zero lines, one file per entry git reports (`target/` whole), when it was not
-                            there when the task started; a git failure charges it as untracked
+                            there when the task started
+    anything else           (a symlink, a fifo, a deleted binary) a file, zero lines; never opened or followed
 
-`measure()` first reads `git status` (about 0.2 ms here) and the size and mtime of each changed path;
-when neither changed since the last measure, the last figures stand. Only then does it diff the task's
-starting tree against the worktree.
+`measure()` reads `git status` (it uses the index's stat cache) and the size and mtime of each changed
+path; when neither moved since the last measure, the last figures stand. Otherwise only the paths status
+names (and those a commit since the start changed) are compared with the task's starting tree, each file
+read once: the cost grows with the change, not with the repository (`loop-harness bench changes`).
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import DeltaStatus, DiffOption, FileStatus
+from pygit2.enums import DiffOption, FileStatus
 
 __all__ = ["ChangeMeter", "Changes"]
 
 BYTES_PER_LINE = 80
-COUNT_NEWLINES_UP_TO = 8 << 20
 BINARY_PROBE = 8000  # git reads this much of a file for a NUL before calling it binary
-_WORKTREE = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
+READ_UP_TO = 8 << 20  # past this, ceil(size / 80) is over any sensible cap already: the rest is not read
 
 
 @dataclass(frozen=True)
@@ -61,21 +62,63 @@ class ChangeMeter:
         status = self.repo.status(untracked_files="all", ignored=True)
         head = self._head()
         fingerprint = (head, tuple(sorted((p, f, self._stat(p, f)) for p, f in status.items())))
-        if fingerprint == self._fingerprint:
-            return self._last
-        ignored = [p for p, flags in status.items() if flags & FileStatus.IGNORED and p not in self._ignored_at_start]
-        files, lines = len(ignored), 0
-        if head != self._start_head or any(not flags & FileStatus.IGNORED for flags in status.values()):
-            changed_files, changed_lines = self._diff()
-            files, lines = files + changed_files, changed_lines
-        self._fingerprint, self._last = fingerprint, Changes(files, lines)
+        if fingerprint != self._fingerprint:
+            self._fingerprint, self._last = fingerprint, self._count(status, head)
         return self._last
+
+    def diff_now(self) -> Changes:
+        """The same figures from libgit2's diff of the starting tree against the worktree (it reads every file:
+        no index, so no stat cache), whatever status says: what `measure` saves (`loop-harness bench changes`)."""
+        status = self.repo.status(untracked_files="all", ignored=True)
+        tree = self._start_tree or self._empty_tree()
+        diff = tree.diff_to_workdir(DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS)
+        changed = {d.new_file.path for d in diff.deltas} | {p for p, f in status.items() if f & FileStatus.IGNORED}
+        return self._count({p: status.get(p, FileStatus.WT_MODIFIED) for p in changed}, self._head())
+
+    # --- counting ----------------------------------------------------------------------------------
+
+    def _count(self, status: dict[str, int], head: pygit2.Oid | None) -> Changes:
+        ignored = [p for p, flags in status.items() if flags & FileStatus.IGNORED and p not in self._ignored_at_start]
+        paths = {p for p, flags in status.items() if not flags & FileStatus.IGNORED}
+        tree = self._start_tree or self._empty_tree()
+        if head != self._start_head and head is not None:  # a commit since the start: what it changed counts
+            committed = tree.diff_to_tree(self.repo.head.peel(pygit2.Commit).tree)
+            paths |= {path for delta in committed.deltas for path in (delta.old_file.path, delta.new_file.path)}
+        files, lines = len(ignored), 0
+        for path in sorted(paths):
+            charged = self._path_lines(tree, path)
+            if charged is not None:
+                files, lines = files + 1, lines + charged
+        return Changes(files, lines)
+
+    def _path_lines(self, tree: pygit2.Tree, path: str) -> int | None:
+        """The lines `path` charges against the starting tree; None when it is as it was."""
+        old = _blob(self.repo, tree, path)
+        if not os.path.lexists(self.workspace / path):  # deleted: its lines, as deletions
+            return None if old is None else 0 if old.is_binary else _patch_lines(old.diff_to_buffer(b""))
+        new = _read_regular(self.workspace / path)
+        if new is None:  # a symlink, a fifo, a socket: a file, no lines
+            return 0
+        if old is not None and old.data == new:
+            return None
+        if b"\0" in new[:BINARY_PROBE] or (old is not None and old.is_binary):
+            return 0
+        if old is None:
+            return max(new.count(b"\n"), math.ceil(_size(self.workspace / path, new) / BYTES_PER_LINE))
+        return _patch_lines(old.diff_to_buffer(new))
+
+    # --- helpers ------------------------------------------------------------------------------------
 
     def _head(self) -> pygit2.Oid | None:
         if self.repo.head_is_unborn:
             return None
         target = self.repo.head.target
         return target if isinstance(target, pygit2.Oid) else None
+
+    def _empty_tree(self) -> pygit2.Tree:
+        empty = self.repo.get(self.repo.TreeBuilder().write())
+        assert isinstance(empty, pygit2.Tree)
+        return empty
 
     def _stat(self, path: str, flags: int) -> tuple[int, int] | None:
         if flags & FileStatus.IGNORED:
@@ -86,48 +129,36 @@ class ChangeMeter:
             return None
         return st.st_mtime_ns, st.st_size
 
-    def _diff(self) -> tuple[int, int]:
-        """The starting tree against the worktree: changed files and charged lines."""
-        tree = self._start_tree
-        if tree is None:  # no commit yet: everything is new
-            empty = self.repo.get(self.repo.TreeBuilder().write())
-            assert isinstance(empty, pygit2.Tree)
-            tree = empty
-        diff = tree.diff_to_workdir(_WORKTREE)
-        files = lines = 0
-        for index, delta in enumerate(diff.deltas):
-            if delta.status == DeltaStatus.IGNORED:
-                continue
-            files += 1
-            if delta.status == DeltaStatus.UNTRACKED:
-                lines += _untracked_lines(self.workspace / delta.new_file.path)
-                continue
-            patch = diff[index]
-            if patch is None or delta.is_binary:
-                continue
-            lines += _patch_lines(patch)
-        return files, lines
+
+def _blob(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> pygit2.Blob | None:
+    try:
+        entry = tree[path]
+    except KeyError:
+        return None
+    blob = repo.get(entry.id)
+    return blob if isinstance(blob, pygit2.Blob) else None
 
 
-def _untracked_lines(path: Path) -> int:
-    """A new file's lines, or ceil(size / 80) when that is more; a binary file charges none. Only a regular
-    file is read, never through a symlink and never blocking: the agent may plant a fifo, or a link to
-    /dev/zero or to a file outside, where the kernel would otherwise hang or read what is not the task's."""
+def _read_regular(path: Path) -> bytes | None:
+    """A regular file's bytes (up to READ_UP_TO), never through a symlink and never blocking: the agent may
+    plant a fifo, or a link to /dev/zero or to a file outside, where the kernel would hang or read what is
+    not the task's. None for anything else."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return 0  # gone, or a symlink (git stores its target path: a line at most)
+        return None
     with open(fd, "rb") as file:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return 0
-        head = file.read(BINARY_PROBE)
-        if b"\0" in head:
-            return 0
-        if st.st_size > COUNT_NEWLINES_UP_TO:  # ceil(size / 80) is over any sensible cap already
-            return math.ceil(st.st_size / BYTES_PER_LINE)
-        newlines = head.count(b"\n") + file.read(COUNT_NEWLINES_UP_TO).count(b"\n")
-    return max(newlines, math.ceil(st.st_size / BYTES_PER_LINE))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return file.read(READ_UP_TO)
+
+
+def _size(path: Path, read: bytes) -> int:
+    """The file's whole size (what was read stops at READ_UP_TO)."""
+    try:
+        return max(len(read), os.lstat(path).st_size)
+    except OSError:
+        return len(read)
 
 
 def _patch_lines(patch: pygit2.Patch) -> int:

@@ -2,6 +2,7 @@
 
     loop-harness run CONFIG.yaml [--json] [--task ID | --prompt TEXT] [--transcript PATH]
     loop-harness bench kernel [--tasks N] [--sandbox]
+    loop-harness bench changes
     loop-harness limits CONFIG.yaml [--json]
 
 Exit status of `run`: 0 when the run ends `Idle` or `Completed`, 1 for any
@@ -65,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
 
             rounds = args.rounds or 5
             return bench_inference(tasks=args.tasks or 3, threads=args.threads, rounds=rounds, as_json=args.json)
+        if args.what == "changes":
+            from ._bench_changes import bench_changes
+
+            return bench_changes(rounds=args.rounds or 3, as_json=args.json)
         if args.sandbox:
             from ._bench_sandbox import bench_sandbox
 
@@ -108,8 +113,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     models.add_argument("name", nargs="?", help="a model in models.lock (default: its default)")
 
-    bench = commands.add_parser("bench", help="benchmarks: the kernel vs a bare SDK client; inference vs bare llama")
-    bench.add_argument("what", choices=["kernel", "inference"], help="what to measure")
+    bench = commands.add_parser(
+        "bench", help="benchmarks: the kernel vs a bare SDK client; inference vs bare llama; a change measure"
+    )
+    bench.add_argument("what", choices=["kernel", "inference", "changes"], help="what to measure")
     bench.add_argument("--tasks", type=int, help="tasks per side (default: kernel 300, inference 3)")
     bench.add_argument("--threads", type=int, default=2, help="inference: CPU threads (default 2)")
     bench.add_argument("--rounds", type=int, help="rounds; medians are reported (default: kernel 3, inference 5)")

@@ -236,6 +236,10 @@ def test_changes_count_text_lines_binary_files_and_new_ignored_paths(tmp_path):
     (ws.path / "src" / "dense.txt").write_text("z" * 800 + "\n")  # one line of 801 bytes: ceil(801 / 80) = 11
     changes = meter.measure()
     assert (changes.files, changes.lines) == (4, 3 + 11)
+    (ws.path / "README.md").unlink()  # a deleted text file charges its lines
+    readme_lines = len(ws.git("show", "HEAD:README.md").splitlines())
+    assert (meter.measure().files, meter.measure().lines) == (5, 3 + 11 + readme_lines)
+    assert meter.measure() == meter.diff_now()  # what status found is what a full diff finds
 
 
 def test_changes_the_agent_committed_still_count_against_the_task(tmp_path):
