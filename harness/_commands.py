@@ -27,6 +27,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ._shell import ASSIGNMENT
+
 __all__ = ["CommandFacts", "PathArg", "Refused", "analyze"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -234,10 +236,31 @@ class CommandFacts:
     directory: str | None = None  # where the program runs, relative to the command's cwd (`git -C`)
     changes_directory: str | None = None  # `cd DIR` / `pushd DIR`: later commands may run in DIR
     aliases: tuple[str, ...] = ()  # other spellings deny patterns also see (`/bin/rm x` is `rm x` to `rm *`)
+    environment: tuple[str, ...] = ()  # variables the command sets for what it runs (`X=1 cmd`, `export X=1`)
+
+
+#: Builtins whose `NAME=VALUE` arguments set variables for every later command.
+_DECLARES = frozenset({"export", "declare", "typeset", "readonly", "local"})
 
 
 def analyze(words: Sequence[str]) -> CommandFacts:
-    """The facts of one simple command (non-empty `words`, after quote removal)."""
+    """The facts of one simple command (non-empty `words`, after quote removal). Leading `NAME=VALUE`
+    words are assignments, as bash reads them: the program is the word after them, and the names they set
+    are the command's `environment` (`X=1 rm x` runs `rm x`; `PATH=docs` changes what later commands run)."""
+    count = next((i for i, word in enumerate(words) if not ASSIGNMENT.match(word)), len(words))
+    names = tuple(ASSIGNMENT.match(word).group(1) for word in words[:count])  # type: ignore[union-attr]
+    if count == len(words):  # only assignments: no program runs, no execute rule is needed
+        return CommandFacts("", environment=names)
+    facts = _program(words[count:])
+    if os.path.basename(words[count]) in _DECLARES and words[count] == os.path.basename(words[count]):
+        names += tuple(m.group(1) for m in map(ASSIGNMENT.match, words[count + 1 :]) if m)
+    if not count and not names:
+        return facts
+    aliases = (*facts.aliases, shlex.join(words)) if count else facts.aliases  # `X=1 *` deny patterns see it
+    return dataclasses.replace(facts, aliases=aliases, environment=names)
+
+
+def _program(words: Sequence[str]) -> CommandFacts:
     facts = _analyze(words)
     program = os.path.basename(words[0])
     if program != words[0] and program:

@@ -229,7 +229,9 @@ class Policy:
 
     def search_path(self, value: str) -> str:
         """`PATH` without the directories an agent could plant a program in: relative entries (they follow
-        the command's cwd into the worktree) and worktree directories a write rule lets it write into."""
+        the command's cwd into the worktree), worktree directories a write rule lets it write into, and any
+        directory, inside or out, holding a symlink to a path it may write (`npm link` and `ln -s
+        ~/proj/bin/tool ~/.local/bin` make such links outside)."""
         kept = []
         for entry in value.split(os.pathsep):
             if not os.path.isabs(entry):
@@ -237,8 +239,10 @@ class Policy:
             rel = self.resolve(entry)
             if rel is not None and (self.judge_write(os.path.join(entry, "planted")).allowed or any(
                 _may_name_a_child(rel, p) for r in self.rules if r.kind == "write" and r.decision == "allow"
-                for p in r.patterns) or self._links_to_writable(entry)):  # fmt: skip
+                for p in r.patterns)):  # fmt: skip
                 continue  # `write src/git` lets it plant the `git` an allowed `git status` would run
+            if self._links_to_writable(entry):
+                continue
             kept.append(entry)
         return os.pathsep.join(kept)
 
@@ -388,10 +392,17 @@ class Policy:
                 facts = analyze(step.words)
             except Refused as exc:
                 return _refuse("unsafe_argument", command=step.text, why=str(exc))
-            verdict = self._judge("execute", [facts.match_text], approvals, also_denied=facts.aliases)
-            if not verdict.allowed:
-                return verdict
-            rule_ids += verdict.rule_ids
+            if facts.match_text:
+                verdict = self._judge("execute", [facts.match_text], approvals, also_denied=facts.aliases)
+                if not verdict.allowed:
+                    return verdict
+                rule_ids += verdict.rule_ids
+            else:  # only assignments (`LANG=C`): no program runs; the names are judged below
+                rule_ids.append("builtin:assignment")
+            unsafe = sorted({name for name in facts.environment if not _SAFE_ENV.match(name)})
+            if unsafe:  # `PATH=docs`, `LD_PRELOAD=x.so ls`, `TAPE=host:f tar -t`: the program is not what ran
+                return _refuse("unsafe_env", names=unsafe, command=step.text,
+                               why="a variable that can change what a program runs, loads or opens")  # fmt: skip
             places = cwds if facts.directory is None else self._places(cwds, facts.directory)
             if places is None:
                 return _refuse("outside_worktree", path=facts.directory, why="git -C names a place outside")

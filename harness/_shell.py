@@ -29,10 +29,21 @@ import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-__all__ = ["SHELLS", "Command", "Invocation", "Redirect", "Unparseable", "parse_invocation", "parse_script"]
+__all__ = [
+    "ASSIGNMENT",
+    "SHELLS",
+    "Command",
+    "Invocation",
+    "Redirect",
+    "Unparseable",
+    "parse_invocation",
+    "parse_script",
+]
 
 #: Shells whose `-c` scripts are unwrapped and judged command by command (bash syntax).
 SHELLS = frozenset({"sh", "bash", "dash"})
+#: A word bash reads as an assignment when it comes before the program (`NAME=`, `NAME+=`, `NAME[i]=`).
+ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 _BLANKS = " \t"  # the only characters bash splits words on (a newline is an operator)
 _OPERATOR_CHARS = "|&;()<>"
 # Longest first. The refused ones are recognised so that they can be named in the refusal.
@@ -351,12 +362,13 @@ def _add_command(words: Sequence[str], redirects: tuple[Redirect, ...], out: lis
         raise Unparseable(f"the reserved word {words[0]!r} cannot be judged as a command")
     if words and os.path.basename(words[0]) in _EVALUATING_BUILTINS and any("$" in w or "`" in w for w in words[1:]):
         raise Unparseable(f"{words[0]} evaluates '$(...)' in its arguments")
-    script = shell_script(words) if words else None
+    assigned = next((i for i, word in enumerate(words) if not ASSIGNMENT.match(word)), len(words))
+    script = shell_script(words[assigned:]) if words[assigned:] else None
     if script is None:
         out.append(Command(tuple(words), redirects, place.after, place.scope))
         return
-    if redirects:  # the wrapper's own redirections, judged where the wrapper runs
-        out.append(Command((), redirects, place.after, place.scope))
+    if redirects or assigned:  # the wrapper's own redirections and variables (`X=1 bash -c ...`), judged here
+        out.append(Command(tuple(words[:assigned]), redirects, place.after, place.scope))
     # a nested `bash -c '...'`: judge what it runs, in a shell of its own
     inner = _Place(place.depth + 1, place.after, (*place.scope, next(place.ids)), place.ids)
     out.extend(_parse(script, inner))

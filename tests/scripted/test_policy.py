@@ -106,7 +106,9 @@ def test_protected_files_beyond_the_defaults(worktree):
         ("git status > /etc/motd", False, "outside_worktree"),
         ("git status > /dev/null 2>&1", True, ("git", "builtin:dev-null")),
         ("git log 'unterminated", False, "unparseable"),
-        ("FOO=1 git status", False, "unmatched"),  # env assignment changes what runs
+        ("FOO=1 git status", False, "unsafe_env"),  # an assignment can change what runs
+        ("LANG=C git status", True, ("git",)),  # bash runs git status, with a variable that changes nothing
+        ("GIT_DIR=.git/x git status", False, "unsafe_env"),
     ],
 )
 def test_execute_requests_are_judged_by_what_they_run(worktree, command, allowed, rule_ids_or_why):

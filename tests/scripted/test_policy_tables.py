@@ -1123,7 +1123,8 @@ def test_a_nested_repository_is_named_in_the_refusal(own_worktree):
     (own_worktree / "src" / "sub" / "deeper").mkdir()
     policy = policy_of(own_worktree, CAREFUL)
     verdict = expect(policy.judge_execute("git status", cwd="src/sub/deeper"), "nested_repository")
-    assert (verdict.reason["path"], verdict.reason["command"]) == ("src/sub", "git status")
+    why = "a nested repository: its config and hooks are programs git would run"
+    assert verdict.reason == {"kind": "nested_repository", "path": "src/sub", "command": "git status", "why": why}
 
 
 @pytest.mark.parametrize(
@@ -1591,3 +1592,14 @@ def test_with_no_rules_the_proxy_lets_no_host_through(worktree):
     """The interactive path approves what a person allowed in a turn; a connection is in no turn."""
     verdict = expect(policy_of(worktree, []).judge_host("api.github.com"), "not_approved")
     assert verdict.reason == {"kind": "not_approved", "rule_kind": "network", "target": "api.github.com"}
+
+
+@pytest.mark.parametrize(
+    ("script", "path"),
+    [("cd src/keylink/../../..", "src/keylink/../../.."), ("cd src && cd keylink/../../..", "keylink/../../..")],
+)
+def test_a_cd_bash_reads_as_leaving_the_worktree_names_its_path(careful, script, path):
+    """bash drops `link/..` as text (src/keylink/../../.. is above the worktree), the kernel's reading follows
+    the link (it stays inside): the refusal names the path as written."""
+    verdict = expect(careful.judge_execute(script), "outside_worktree")
+    assert verdict.reason == {"kind": "outside_worktree", "path": path, "why": "cd leaves the worktree"}

@@ -28,6 +28,9 @@ WRITE_ALL = {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "a
 TURN = Turn("s1", frozenset({"s1"}))
 
 
+HARD_LINK_WHY = "a file beneath has another name that may be outside the worktree, protected or denied"
+
+
 def bash(policy: Policy, script: str):
     return policy.judge_execute(["bash", "-c", script])
 
@@ -174,6 +177,8 @@ def test_a_hard_link_inside_a_directory_read_whole_is_refused(tmp_path, command,
     os.link(base / "outside.txt", root / "out" / "o")
     verdict = expect(bash(policy_of(root, HARD_LINK_RULES), command), "hard_link")
     assert verdict.reason["path"] == path
+    if command != "cat docs/h":  # met beneath a directory: the refusal says why a name it never saw matters
+        assert verdict.reason["why"] == HARD_LINK_WHY
 
 
 @pytest.mark.parametrize("command", ["grep -r x docs", "tar -cf src/t.tar docs", "du -a docs"])
@@ -185,7 +190,7 @@ def test_a_hard_link_met_walking_a_directory_a_deny_may_reach_into_is_refused(tm
     rules = [*HARD_LINK_RULES, deny_read("no-keys", "**/*.pem"),
              {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"}]  # fmt: skip
     verdict = expect(bash(policy_of(root, rules), command), "hard_link")
-    assert verdict.reason["path"] == "docs/h"
+    assert (verdict.reason["path"], verdict.reason["why"]) == ("docs/h", HARD_LINK_WHY)
     os.unlink(root / "docs" / "h")  # the same request with no second name is allowed
     expect(bash(policy_of(root, rules), command), "allowed")
 
@@ -199,10 +204,34 @@ def test_a_directory_written_whole_with_a_hard_link_inside_is_refused(tmp_path, 
     rules = [*HARD_LINK_RULES, {"id": "no-secret-write", "kind": "write", "paths": ["src/secret/**"],
                                 "decision": "deny"}]  # fmt: skip
     verdict = expect(bash(policy_of(root, rules), command), "hard_link")
-    assert verdict.reason["path"] == "docs/h"
+    assert (verdict.reason["path"], verdict.reason["why"]) == ("docs/h", HARD_LINK_WHY)
 
 
 # --- PATH -----------------------------------------------------------------------------------------
+
+
+def test_path_loses_a_directory_outside_holding_a_link_to_a_path_the_agent_may_write(tmp_path):
+    """`npm link` or `ln -s ~/proj/bin/tool ~/.local/bin` leave such a link outside the worktree: an allowed
+    `tool` would run what the agent wrote."""
+    base = tmp_path.resolve()
+    root = make_tree(base / "wt", dirs=["docs"])
+    (base / "outbin").mkdir()
+    (base / "outbin" / "tool").symlink_to(root / "docs" / "tool")
+    (base / "plainbin").mkdir()
+    (base / "plainbin" / "ls").symlink_to("/usr/bin/ls")
+    policy = policy_of(root, [write_rule("docs/**")])
+    path = os.pathsep.join([str(base / "outbin"), str(base / "plainbin"), "/usr/bin"])
+    assert policy.search_path(path) == os.pathsep.join([str(base / "plainbin"), "/usr/bin"])
+
+
+def test_path_loses_a_directory_it_cannot_list(tmp_path):
+    """What a directory holds that cannot be listed (a link loop here; a mode-0311 directory for a user
+    other than root) cannot be checked for a planted link: it is dropped."""
+    base = tmp_path.resolve()
+    root = make_tree(base / "wt", dirs=["docs"])
+    (base / "loop").symlink_to(base / "loop")
+    policy = policy_of(root, [write_rule("docs/**")])
+    assert policy.search_path(os.pathsep.join([str(base / "loop"), "/usr/bin"])) == "/usr/bin"
 
 
 def write_rule(pattern: str) -> dict:
