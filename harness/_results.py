@@ -23,7 +23,6 @@ class TaskResult:
     left_changes: list[str] = field(default_factory=list)
     tokens: dict[str, Any] | None = None  # the agent's token usage, when it reports it
     seconds: float = 0.0  # wall time of the task
-    budget: dict[str, Any] | None = None  # what the task used of its budgets (turn, total, cont, tool calls, changes)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -39,8 +38,6 @@ class TaskResult:
             data["left_changes"] = self.left_changes
         if self.tokens:
             data["tokens"] = self.tokens
-        if self.budget:
-            data["budget"] = self.budget
         data["seconds"] = round(self.seconds, 3)
         return data
 

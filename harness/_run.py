@@ -466,9 +466,9 @@ class Run:
             iterations=iterations,
             tokens=self._tokens(agent),
             seconds=time.monotonic() - started,
-            budget=self.last_counts,
         )
-        self.transcript.record(RecordType.TASK_END, **result.to_json())
+        # the budget counts go on the record only: a run keeps one TaskResult per task in memory
+        self.transcript.record(RecordType.TASK_END, **result.to_json(), budget=self.last_counts)
         return result
 
     def _check_termination(self, stop: Stop, used: list[str], *, host_stops: dict[str, Stop]) -> Stop:
