@@ -8,10 +8,16 @@
                             there when the task started
     anything else           (a symlink, a fifo, a deleted binary) a file, zero lines; never opened or followed
 
-`measure()` reads `git status` (it uses the index's stat cache) and the size and mtime of each changed
-path; when neither moved since the last measure, the last figures stand. Otherwise only the paths status
-names (and those a commit since the start changed) are compared with the task's starting tree, each file
-read once: the cost grows with the change, not with the repository (`loop-harness bench changes`).
+`measure()` first asks the worktree's inotify queue (`WorktreeEvents`): no event since the last measure
+and HEAD where it was, the last figures stand, for the cost of one read of the queue. Otherwise it reads
+`git status` (it uses the index's stat cache) and the size and mtime of each changed path; when neither
+moved since the last measure, the last figures stand. Otherwise only the paths status names (and those a
+commit since the start changed) are compared with the task's starting tree, each file read once: the cost
+grows with the change, not with the repository (`loop-harness bench changes`).
+
+A task starts from the task boundary's own git read when that found the tree clean (`boundary()`): its
+figures are zero as of the queue drained just before that read, so the first measure needs no git read
+of its own when nothing happened since.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from pathlib import Path
 
 import pygit2
 from pygit2.enums import DiffOption, FileStatus
+
+from ._worktree_events import WorktreeEvents
 
 __all__ = ["ChangeMeter", "Changes"]
 
@@ -38,33 +46,82 @@ class Changes:
     lines: int
 
 
+@dataclass(frozen=True)
+class _Boundary:
+    ignored: frozenset[str]  # what git reported ignored there
+    head: pygit2.Oid | None
+    drained: bool  # the event queue was emptied just before that read
+
+
 class ChangeMeter:
     """One task's change accounting against the tree it started from."""
 
-    def __init__(self, workspace: Path, git_dir: Path) -> None:
+    def __init__(self, workspace: Path, git_dir: Path, events: WorktreeEvents | None = None) -> None:
         self.workspace = workspace
         self.repo = pygit2.Repository(str(git_dir))
+        self.events = events
+        self.git_reads = 0  # measures that read git (the others were answered by the event queue)
         self._start_tree: pygit2.Tree | None = None
         self._start_head: pygit2.Oid | None = None
         self._ignored_at_start: frozenset[str] = frozenset()
         self._fingerprint: object = None
         self._last = Changes(0, 0)
+        self._last_head: pygit2.Oid | None = None
+        self._current = False  # `_last` holds as of the last drain of the event queue
+        self._boundary: _Boundary | None = None
+
+    def before_boundary_read(self) -> None:
+        """The task boundary reads git next: empty the event queue first, so that what it reads is all that
+        happened before, and an event is what came after."""
+        if self.events is not None:
+            self.events.changed()
+
+    def boundary(self, *, clean: bool, ignored: frozenset[str], head: pygit2.Oid | None) -> None:
+        """What the boundary read found: when clean, the next task may start from it (its ignored paths,
+        git lists them as `measure` does when the tree is clean)."""
+        drained = self.events is not None and not self.events.blind
+        self._boundary = _Boundary(ignored, head, drained) if clean else None
+        if self.events is not None:
+            self.events.ignore(p for p in ignored if p.endswith("/"))
 
     def start(self) -> None:
-        """The task starts now: what is there now is not its change."""
-        self._start_head = self._head()
-        self._start_tree = None if self._start_head is None else self.repo.head.peel(pygit2.Commit).tree
-        status = self.repo.status(untracked_files="all", ignored=True)
-        self._ignored_at_start = frozenset(p for p, flags in status.items() if flags & FileStatus.IGNORED)
-        self._fingerprint, self._last = None, Changes(0, 0)
+        """The task starts now: what is there now is not its change. From a clean boundary the figures are
+        zero; a path ignored there and gone since would go uncounted if made again, one that appeared in
+        between is counted (the safe way)."""
+        boundary, self._boundary = self._boundary, None
+        # From a boundary, its HEAD: a commit since then is one since the start, and the first measure finds
+        # HEAD moved and reads git (nothing else in the kernel moves HEAD between the two).
+        self._start_head = boundary.head if boundary is not None else self._head()
+        self._start_tree = None if self._start_head is None else self._tree(self._start_head)
+        if boundary is not None:
+            self._ignored_at_start, self._current = boundary.ignored, boundary.drained
+        else:
+            status = self.repo.status(untracked_files="all", ignored=True)
+            self._ignored_at_start = frozenset(p for p, flags in status.items() if flags & FileStatus.IGNORED)
+            if self.events is not None:
+                self.events.ignore(p for p in self._ignored_at_start if p.endswith("/"))
+            self._current = False  # the tree may differ from HEAD already: the first measure reads git
+        self._fingerprint, self._last, self._last_head = None, Changes(0, 0), self._start_head
 
     def measure(self) -> Changes:
-        status = self.repo.status(untracked_files="all", ignored=True)
+        quiet = self.events is not None and not self.events.changed()  # drained before any read below
         head = self._head()
+        if quiet and self._current and head == self._last_head:
+            return self._last
+        self.git_reads += 1
+        status = self.repo.status(untracked_files="all", ignored=True)
+        if self.events is not None:
+            self.events.ignore(p for p, flags in status.items() if flags & FileStatus.IGNORED and p.endswith("/"))
         fingerprint = (head, tuple(sorted((p, f, self._stat(p, f)) for p, f in status.items())))
         if fingerprint != self._fingerprint:
             self._fingerprint, self._last = fingerprint, self._count(status, head)
+        self._last_head = head
+        self._current = self.events is not None and not self.events.blind
         return self._last
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
 
     def diff_now(self) -> Changes:
         """The same figures from libgit2's diff of the starting tree against the worktree (it reads every file:
@@ -82,7 +139,7 @@ class ChangeMeter:
         paths = {p for p, flags in status.items() if not flags & FileStatus.IGNORED}
         tree = self._start_tree or self._empty_tree()
         if head != self._start_head and head is not None:  # a commit since the start: what it changed counts
-            committed = tree.diff_to_tree(self.repo.head.peel(pygit2.Commit).tree)
+            committed = tree.diff_to_tree(self._tree(head))
             paths |= {path for delta in committed.deltas for path in (delta.old_file.path, delta.new_file.path)}
         files, lines = len(ignored), 0
         for path in sorted(paths):
@@ -110,10 +167,14 @@ class ChangeMeter:
     # --- helpers ------------------------------------------------------------------------------------
 
     def _head(self) -> pygit2.Oid | None:
-        if self.repo.head_is_unborn:
+        try:  # one resolution of HEAD (asking head_is_unborn first is a second)
+            target = self.repo.head.target
+        except pygit2.GitError:  # unborn: no commit yet
             return None
-        target = self.repo.head.target
         return target if isinstance(target, pygit2.Oid) else None
+
+    def _tree(self, commit: pygit2.Oid) -> pygit2.Tree:
+        return self.repo[commit].peel(pygit2.Tree)
 
     def _empty_tree(self) -> pygit2.Tree:
         empty = self.repo.get(self.repo.TreeBuilder().write())

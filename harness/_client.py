@@ -355,6 +355,8 @@ class KernelClient:
     def _check_budget(self, source: str) -> None:
         """Once a budget has stopped the task, the kernel writes and runs nothing more for it while the turn
         is cancelled (the grace period is not a window for more work)."""
+        if self.watch is not None:
+            self.watch.before_effect()
         if self.watch is not None and isinstance(self.watch.tripped, Stop):
             reason = dict(self.watch.tripped.reason)
             self.transcript.record(RecordType.BUDGET, event="refused_after_stop", source=source,

@@ -250,13 +250,16 @@ class Policy:
         """A symlink in `directory` whose target a write rule lets the agent write (a committed
         `bin/git -> ../docs/g` under `write docs/**`): what runs by that name is the agent's."""
         try:
-            names = os.listdir(directory)
+            with os.scandir(directory) as entries:
+                links = [entry.path for entry in entries if entry.is_symlink()]  # d_type: no stat per name
         except (FileNotFoundError, NotADirectoryError):
             return False  # nothing there to run
         except OSError:
             return True  # what it holds cannot be seen (a directory it may not list): it may hold such a link
-        links = [os.path.join(directory, n) for n in names if os.path.islink(os.path.join(directory, n))]
-        return any(self.judge_write(link).allowed for link in links)
+        # Only a link into the worktree can be writable: asking the policy of those alone keeps a PATH of
+        # 800 system links (/usr/bin) at their realpath cost.
+        inside = [link for link in links if _inside(os.path.realpath(link), self._root)]
+        return any(self.judge_write(link).allowed for link in inside)
 
     # --- judging, request by request -----------------------------------------------------------
 

@@ -63,6 +63,8 @@ class GitState:
     ahead: int
     changes: tuple[str, ...]  # "XY path" entries, untracked included, ignored excluded (but a self-hiding .gitignore)
     edit_session: str | None
+    ignored: frozenset[str] = frozenset()  # the ignored paths as git reports them (a change meter's start)
+    head: pygit2.Oid | None = None  # the commit HEAD names (None: unborn)
 
 
 def blocked(check: str, detail: str, **facts: Any) -> Stop:
@@ -89,12 +91,18 @@ def read_git_state(worktree: Path, git_dir: Path, repo: pygit2.Repository | None
     repository, about half the cost, is saved.
     """
     repo = repo or pygit2.Repository(str(git_dir))
-    changes = tuple(f"{_code(flags)} {path}" for path, flags in sorted(repo.status(ignored=True).items())
+    status = repo.status(ignored=True)
+    changes = tuple(f"{_code(flags)} {path}" for path, flags in sorted(status.items())
                     if not flags & FileStatus.IGNORED or _hides_itself(path))  # fmt: skip
+    ignored = frozenset(path for path, flags in status.items() if flags & FileStatus.IGNORED)
     edit = _EDIT_SESSIONS.get(RepositoryState(repo.state()))
-    if repo.head_is_unborn or repo.head_is_detached:
-        return GitState(None, None, 0, changes, edit)
-    branch = repo.head.shorthand
+    if repo.head_is_unborn:
+        return GitState(None, None, 0, changes, edit, ignored)
+    head = repo.head  # one read of HEAD for all below
+    oid = head.target if isinstance(head.target, pygit2.Oid) else None
+    if repo.head_is_detached:
+        return GitState(None, None, 0, changes, edit, ignored, oid)
+    branch = head.shorthand
     upstream = None
     ahead = 0
     try:
@@ -103,8 +111,8 @@ def read_git_state(worktree: Path, git_dir: Path, repo: pygit2.Repository | None
         tracking = None
     if tracking is not None:
         upstream = tracking.shorthand
-        ahead, _behind = repo.ahead_behind(repo.head.target, tracking.target)
-    return GitState(branch, upstream, ahead, changes, edit)
+        ahead, _behind = repo.ahead_behind(head.target, tracking.target)
+    return GitState(branch, upstream, ahead, changes, edit, ignored, oid)
 
 
 def _hides_itself(path: str) -> bool:

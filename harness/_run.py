@@ -51,6 +51,7 @@ from ._transcript import Transcript
 from ._transport import agent_environment
 from ._turns import SEGMENT_PROMPT, PromptKind, TurnOutcome, after_turn, before_turn
 from ._watch import TaskWatch
+from ._worktree_events import WorktreeEvents
 from .queues import QueueProvider, Task
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class Teardown:
     """How to close what a run opened, in a fixed order whatever was opened: stop serving the agent,
     then release its terminals, ... Each step runs whatever the one before did; a failure is recorded."""
 
-    ORDER = ("agent", "terminals", "host_tools", "provider", "egress", "sandbox")
+    ORDER = ("agent", "terminals", "host_tools", "provider", "egress", "sandbox", "changes")
 
     def __init__(self, transcript: Transcript) -> None:
         self.transcript = transcript
@@ -183,7 +184,8 @@ class Run:
         self.teardown.add("provider", provider.aclose)
         self.git_dir = find_git_dir(config.workspace)  # None: not a git worktree (a precondition says so)
         self._repo: pygit2.Repository | None = None  # opened at the first git state read
-        self._meter: ChangeMeter | None = None  # opened at the first task
+        self._meter: ChangeMeter | None = None  # opened at the first git read
+        self._confined: dict[str, str] = {}  # PATH as given: PATH as the agent gets it
         self.last_counts: dict[str, Any] = {}  # the last session's budget counts (its task_end record)
         self.policy = Policy(
             config.policy.rules,
@@ -273,7 +275,9 @@ class Run:
     def _confine(self, env: dict[str, str]) -> dict[str, str]:
         """No directory on PATH the agent could plant a program in (`.venv/bin/git` under `write **`)."""
         if "PATH" in env:
-            kept = self.policy.search_path(env["PATH"])
+            if env["PATH"] not in self._confined:  # the same PATH twice a run (agent, terminals): listed once
+                self._confined[env["PATH"]] = self.policy.search_path(env["PATH"])
+            kept = self._confined[env["PATH"]]
             if kept != env["PATH"]:
                 dropped = [e for e in env["PATH"].split(os.pathsep) if e not in kept.split(os.pathsep)]
                 self.transcript.record(RecordType.SEARCH_PATH_CONFINED, dropped=dropped)
@@ -359,7 +363,30 @@ class Run:
             return None
         if self._repo is None:
             self._repo = pygit2.Repository(str(self.git_dir))
-        return read_git_state(self.config.workspace, self.git_dir, self._repo)
+        meter = self._change_meter()
+        if meter is not None:
+            meter.before_boundary_read()
+        state = read_git_state(self.config.workspace, self.git_dir, self._repo)
+        if meter is not None:  # the next task's changes are counted from this read
+            meter.boundary(clean=not state.changes, ignored=state.ignored, head=state.head)
+        return state
+
+    def _change_meter(self) -> ChangeMeter | None:
+        """The run's change meter (opened at the first git read, its inotify watches with it); None when
+        git cannot be read here (the git precondition says why)."""
+        if self._meter is None and self.git_dir is not None:
+            try:
+                events: WorktreeEvents | None = WorktreeEvents(self.config.workspace)
+            except OSError:  # no inotify here (or no descriptor left): every measure reads git
+                events = None
+            try:
+                self._meter = ChangeMeter(self.config.workspace, self.git_dir, events)
+            except (pygit2.GitError, OSError):
+                if events is not None:
+                    events.close()
+                return None
+            self.teardown.add("changes", _closer(self._meter))  # its inotify descriptor
+        return self._meter
 
     # --- the queue -----------------------------------------------------------------------------
 
@@ -523,12 +550,11 @@ class Run:
                 iterations += 1
                 converge = watch.account.converge_now()  # before the round is counted: the rounds left
                 watch.account.turn_started()
-                self.position = {"task": task.id if task else None, "iteration": iterations, **self._counts(watch)}
+                counts = self._counts(watch)
+                self.position = {"task": task.id if task else None, "iteration": iterations, **counts}
                 text, kind = self._with_notes(watch, text, kind, converge=converge)
                 turn = agent.client.begin_turn(session_id)
-                self.transcript.record(
-                    RecordType.TURN, iteration=iterations, prompt_kind=kind, budget=self._counts(watch)
-                )
+                self.transcript.record(RecordType.TURN, iteration=iterations, prompt_kind=kind, budget=counts)
                 answer = await agent.link.prompt(session_id, text, cancel=self.cancel_event, interrupt=watch.interrupt)
                 if isinstance(answer, Stop):
                     return answer, iterations
@@ -561,16 +587,14 @@ class Run:
         """A fresh account for a session, its change meter started on the tree as it is now."""
         account = Account(self.config.autonomy, self.config.autonomy_sources,
                           max_iterations=self.config.limits.max_iterations)  # fmt: skip
-        if self._meter is None and self.git_dir is not None:
-            with contextlib.suppress(pygit2.GitError, OSError):
-                self._meter = ChangeMeter(self.config.workspace, self.git_dir)
-        if self._meter is not None:
+        meter = self._change_meter()
+        if meter is not None:
             try:
-                self._meter.start()
+                meter.start()
             except (pygit2.GitError, OSError) as exc:
                 self.transcript.record(RecordType.BUDGET, event="changes_unmeasured", error=str(exc))
                 return TaskWatch(account, None, self.transcript)
-        return TaskWatch(account, self._meter, self.transcript)
+        return TaskWatch(account, meter, self.transcript)
 
     def _with_notes(self, watch: TaskWatch, text: str, kind: str, *, converge: bool) -> tuple[str, str]:
         """The prompt with the operator's steering, the kernel's nudges and the decisions it took."""
@@ -636,9 +660,9 @@ def _interrupted(tripped: Stop | NewSegment | None, answer: Interrupted) -> Stop
     return None
 
 
-def _closer(sock: socket.socket) -> Callable[[], Awaitable[None]]:
+def _closer(thing: socket.socket | ChangeMeter) -> Callable[[], Awaitable[None]]:
     async def close() -> None:
-        sock.close()  # a no-op once the host-tools server has taken it over and closed it
+        thing.close()  # a socket: a no-op once the host-tools server has taken it over and closed it
 
     return close
 

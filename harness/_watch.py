@@ -3,11 +3,14 @@ turn (in wire order, never awaiting), the run asks it at each turn boundary. Whe
 it sets `interrupt`; the agent link then cancels the turn (session/cancel, the grace period) and the run
 ends with the stop, or starts a new segment.
 
-Changes are measured from git when a tool call ends after something may have changed since the last
-measure (a call of a kind that may write, anything but read, search, think and fetch, was announced, or
-the kernel served a write or ran a command), and at the end of every turn, whatever the agent announced:
-an agent that changes files without a word is measured too. A measure that finds `git status` and the
-changed files' sizes and times as they were costs about 0.3 ms (see _changes).
+Changes are measured from git at the tool-call boundaries after which something may have changed, and
+at the end of every turn, whatever the agent announced (an agent that changes files without a word is
+measured too). A boundary is the next tool call announced after a call of a kind that may write
+(anything but read, search, think and fetch), or the next write or command the kernel is asked for
+after such a call ended. Measuring there rather than as the call ends stops the same work (the kernel
+refuses the next effect either way) and counts what was written in between; a one-call turn is measured
+once, not twice. A measure that finds `git status` and the changed files' sizes and times as they were
+costs about 0.1 ms (see _changes).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class TaskWatch:
         self._restated = 0  # ledger entries the agent has been told of
         self.said = False  # the agent sent message text in this turn
         self._dirty = False  # something may have changed since the last measure
+        self._ended = False  # ... and a call that may have written has ended since
         self._unmeasured: str | None = None  # why git could not measure (said once)
 
     # --- from the client (sync, wire order) ------------------------------------------------------
@@ -56,26 +60,24 @@ class TaskWatch:
 
     def on_update(self, update: Any) -> None:
         if isinstance(update, ToolCallStart):
+            if self._dirty:  # a call that may have written came before this one: what it changed counts first
+                self._trip(self.measure())
             fields = {"title": update.title, "kind": update.kind, "rawInput": update.raw_input,
                       "locations": _locations(update.locations)}  # fmt: skip
             if (update.kind or "other") not in READ_ONLY_KINDS:
                 self._dirty = True
             self._trip(self.account.tool_call(update.tool_call_id, fields, now=time.monotonic()))
             if update.status in ("completed", "failed"):  # announced already ended
-                self._ended(update.tool_call_id, update.status)
+                self._trip(self.account.tool_update(update.tool_call_id, {"status": update.status}))
+                self._ended = self._dirty
         elif isinstance(update, ToolCallProgress):
             fields = {"title": update.title, "kind": update.kind, "rawInput": update.raw_input,
                       "locations": _locations(update.locations), "status": update.status}  # fmt: skip
             self._trip(self.account.tool_update(update.tool_call_id, fields))
-            if update.status in ("completed", "failed") and self._dirty:
-                self._trip(self.measure())
+            if update.status in ("completed", "failed"):
+                self._ended = self._dirty
         elif isinstance(update, AgentMessageChunk):
             self.said = True
-
-    def _ended(self, call_id: str, status: str) -> None:
-        self._trip(self.account.tool_update(call_id, {"status": status}))
-        if self._dirty:
-            self._trip(self.measure())
 
     def decide(self, choice: Choice) -> None:
         """A question the kernel answered: on the ledger, and re-stated in the next prompt."""
@@ -105,6 +107,11 @@ class TaskWatch:
         new, self._restated = self.ledger[self._restated :], len(self.ledger)
         return new
 
+    def before_effect(self) -> None:
+        """The kernel is asked to write or run something: a boundary, if a call that may write has ended."""
+        if self._ended:
+            self._trip(self.measure())
+
     def kernel_acted(self) -> None:
         """The kernel wrote a file or started a command for the agent."""
         self._dirty = True
@@ -126,7 +133,7 @@ class TaskWatch:
     def measure(self) -> Stop | None:
         if self.meter is None:
             return None
-        self._dirty = False
+        self._dirty = self._ended = False
         try:
             changes = self.meter.measure()
         except Exception as exc:  # a broken repository: say so once, the other budgets still hold

@@ -242,6 +242,18 @@ def test_changes_count_text_lines_binary_files_and_new_ignored_paths(tmp_path):
     assert meter.measure() == meter.diff_now()  # what status found is what a full diff finds
 
 
+def test_an_agent_that_writes_without_a_word_is_stopped_at_the_turn_end(tmp_path):
+    """No tool call, no kernel call: the task starts from the boundary's git read, and the turn-end measure
+    (answered by the worktree's event queue when nothing happened) finds the files."""
+    silent = turn({"run": {"script": "mkdir -p src && touch src/a src/b src/c"}})
+    report, records = run(tmp_path, [silent], autonomy=budget(changes={"files_total": 2, "lines_total": 100}))
+
+    assert report["terminal"] == "MaxIterations", report
+    assert (report["reason"]["stop_code"], report["reason"]["current"], report["reason"]["limit"]) == (
+        "FILE_CHANGE_LIMIT", 3, 2)  # fmt: skip
+    assert not [u for u in updates(records) if u["sessionUpdate"] == "tool_call"]
+
+
 def test_changes_the_agent_committed_still_count_against_the_task(tmp_path):
     ws = make_workspace(tmp_path / "ws")
     meter = ChangeMeter(ws.path, ws.path / ".git")
