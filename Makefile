@@ -6,9 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test run run-scripted bench soak lint typecheck mutation demo-workspace clean
 
+# llama.cpp is built for any x86-64 with AVX2, not for this CPU (`-march=native`): a VM that advertises AMX
+# without enabling it kills a native build with SIGILL at the first batched matmul.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference,soak]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference,soak]'
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -35,7 +39,7 @@ soak: $(STAMP)
 # Then every surviving mutant is hunted with a corpus of requests: one refused by the original and allowed by
 # the mutant is a refusal-to-allow survivor, and the run fails.
 mutation: $(STAMP)
-	$(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference,soak,mutation]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference,soak,mutation]'
 	rm -rf mutants
 	$(BIN)/mutmut run --max-children 2
 	$(BIN)/python tools/hunt_mutants.py --score
