@@ -4,8 +4,9 @@ A change measure that finds no event since the last one costs a read of this que
 status` (about 290k instructions on a two-file repository, half of it libgit2's config snapshot).
 
 Events beneath a directory git reported ignored at its last read (`target/`, `out/`) say nothing: the
-meter counts such a directory as one entry, there or not, and its parent's events say that. A directory
-that stops being ignored (a `.gitignore` edit, itself an event) is watched again whole.
+meter counts such a directory as one entry, there or not, and its parent's events say that; except a
+file there with more than one link, which may be a tracked file's other name. A directory that stops
+being ignored (a `.gitignore` edit, itself an event) is watched again whole.
 
 What it does not see, and who does instead:
 - `.git` is not watched: a commit moves HEAD, which the change meter compares itself.
@@ -14,6 +15,8 @@ What it does not see, and who does instead:
   a full git read.
 - An ignore rule changed in `.git/info/exclude` or a global excludes file (neither is watched; the
   sandbox keeps `.git` read-only): what it un-ignores is counted at the next git read.
+- A file hard-linked into the worktree and written through a name outside it (with the sandbox on, the
+  worktree is a mount of its own and such a link cannot be made: EXDEV).
 - More directories than `max_watches`, or a watch the kernel refuses (its per-user limit): the queue
   says "changed" from then on, and every measure reads git, as it would without this.
 """
@@ -24,7 +27,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from inotify_simple import INotify
+from inotify_simple import Event, INotify
 from inotify_simple import flags as IN
 
 __all__ = ["WorktreeEvents"]
@@ -64,7 +67,7 @@ class WorktreeEvents:
                 self._watch_tree(str(self.root))
                 changed = True
                 continue
-            if self._inside_ignored(event.wd):
+            if self._inside_ignored(event.wd) and not self._linked_elsewhere(event):
                 continue
             changed = True
             if event.mask & IN.IGNORED:  # the directory is gone (its parent had the event)
@@ -74,6 +77,16 @@ class WorktreeEvents:
             elif event.mask & IN.ISDIR and event.mask & IN.CREATE and event.wd in self._dirs:
                 self._watch_tree(os.path.join(self._dirs[event.wd], event.name))
         return changed
+
+    def _linked_elsewhere(self, event: Event) -> bool:
+        """A file with another name (a hard link from `build/f` to the tracked `src/f`): written through its
+        ignored name, it changed a file that counts."""
+        if event.mask & IN.ISDIR or not event.name:
+            return False
+        try:
+            return os.lstat(os.path.join(self._dirs[event.wd], event.name)).st_nlink > 1
+        except OSError:
+            return False  # gone again: nothing left to count there
 
     def _inside_ignored(self, wd: int) -> bool:
         directory = self._dirs.get(wd)

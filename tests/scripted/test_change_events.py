@@ -109,6 +109,17 @@ def test_inside_an_ignored_directory_nothing_counts_but_its_parent_still_does(tr
     assert events.changed()
 
 
+def test_a_tracked_file_written_through_a_hard_link_in_an_ignored_directory_counts(tree):
+    root, events = tree
+    (root / "out").mkdir()
+    os.link(root / "src" / "deep" / "a.txt", root / "out" / "a.txt")
+    events.changed()
+    events.ignore(["out/"])
+    with open(root / "out" / "a.txt", "a") as other_name:
+        other_name.write("appended through the ignored name\n")
+    assert events.changed()
+
+
 def test_a_directory_ignored_no_more_is_watched_whole_again(tree):
     root, events = tree
     (root / "out").mkdir()
