@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,8 +82,7 @@ class ChangeMeter:
         git lists them as `measure` does when the tree is clean)."""
         drained = self.events is not None and not self.events.blind
         self._boundary = _Boundary(ignored, head, drained) if clean else None
-        if self.events is not None:
-            self.events.ignore(p for p in ignored if p.endswith("/"))
+        self._tell_ignored(ignored)
 
     def start(self) -> None:
         """The task starts now: what is there now is not its change. From a clean boundary the figures are
@@ -98,8 +98,7 @@ class ChangeMeter:
         else:
             status = self.repo.status(untracked_files="all", ignored=True)
             self._ignored_at_start = frozenset(p for p, flags in status.items() if flags & FileStatus.IGNORED)
-            if self.events is not None:
-                self.events.ignore(p for p in self._ignored_at_start if p.endswith("/"))
+            self._tell_ignored(self._ignored_at_start)
             self._current = False  # the tree may differ from HEAD already: the first measure reads git
         self._fingerprint, self._last, self._last_head = None, Changes(0, 0), self._start_head
 
@@ -110,8 +109,7 @@ class ChangeMeter:
             return self._last
         self.git_reads += 1
         status = self.repo.status(untracked_files="all", ignored=True)
-        if self.events is not None:
-            self.events.ignore(p for p, flags in status.items() if flags & FileStatus.IGNORED and p.endswith("/"))
+        self._tell_ignored(p for p, flags in status.items() if flags & FileStatus.IGNORED)
         fingerprint = (head, tuple(sorted((p, f, self._stat(p, f)) for p, f in status.items())))
         if fingerprint != self._fingerprint:
             self._fingerprint, self._last = fingerprint, self._count(status, head)
@@ -122,6 +120,11 @@ class ChangeMeter:
     def close(self) -> None:
         if self.events is not None:
             self.events.close()
+
+    def _tell_ignored(self, paths: Iterable[str]) -> None:
+        """The event queue learns which directories git last reported ignored (their events say nothing)."""
+        if self.events is not None:
+            self.events.ignore(p for p in paths if p.endswith("/"))
 
     def diff_now(self) -> Changes:
         """The same figures from libgit2's diff of the starting tree against the worktree (it reads every file:

@@ -9,8 +9,8 @@ measured too). A boundary is the next tool call announced after a call of a kind
 (anything but read, search, think and fetch), or the next write or command the kernel is asked for
 after such a call ended. Measuring there rather than as the call ends stops the same work (the kernel
 refuses the next effect either way) and counts what was written in between; a one-call turn is measured
-once, not twice. A measure that finds `git status` and the changed files' sizes and times as they were
-costs about 0.1 ms (see _changes).
+once, not twice. A measure the worktree's inotify queue answers (no event since the last) costs one read
+of it; one that reads git and finds it as it was, about 0.1 ms (see _changes).
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ class WorktreeEvents:
     def _linked_elsewhere(self, event: Event) -> bool:
         """A file with another name (a hard link from `build/f` to the tracked `src/f`): written through its
         ignored name, it changed a file that counts."""
-        if event.mask & IN.ISDIR or not event.name:
-            return False
+        if event.mask & IN.ISDIR or not event.mask & (IN.MODIFY | IN.CLOSE_WRITE) or not event.name:
+            return False  # only a content change through this name can change the other
         try:
             return os.lstat(os.path.join(self._dirs[event.wd], event.name)).st_nlink > 1
         except OSError:

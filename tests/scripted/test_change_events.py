@@ -162,83 +162,75 @@ def test_a_shared_mapping_raises_its_event_only_when_the_mapping_goes(tree):
 # --- the change meter with the queue ---------------------------------------------------------------
 
 
+@pytest.fixture
 def metered(tmp_path):
     ws = make_workspace(tmp_path / "ws", files={"src/old.txt": "a\nb\n"}, ignore=["build/"])
-    return ws, ChangeMeter(ws.path, ws.path / ".git", WorktreeEvents(ws.path))
+    meter = ChangeMeter(ws.path, ws.path / ".git", WorktreeEvents(ws.path))
+    yield ws, meter
+    meter.close()
 
 
-def test_a_measure_with_no_event_reads_no_git_and_one_after_a_silent_write_does(tmp_path):
-    ws, meter = metered(tmp_path)
-    try:
-        meter.start()
-        assert meter.measure() == Changes(0, 0)
-        reads = meter.git_reads
-        assert meter.measure() == Changes(0, 0) and meter.git_reads == reads  # nothing happened: the queue said so
-        (ws.path / "src" / "old.txt").write_text("a\nB\nc\n")  # no announcement, no kernel call
-        assert meter.measure() == Changes(1, 3) and meter.git_reads == reads + 1
-        assert meter.measure() == meter.diff_now()
-    finally:
-        meter.close()
+def clean_boundary(ws, meter):
+    """The task boundary's read, as the run makes it: the queue drained first, the tree found clean."""
+    meter.before_boundary_read()
+    meter.boundary(clean=True, ignored=frozenset(), head=pygit2.Repository(str(ws.path / ".git")).head.target)
 
 
-def test_a_clean_boundary_read_starts_the_task_without_a_git_read_and_misses_nothing_after_it(tmp_path):
-    ws, meter = metered(tmp_path)
-    try:
-        meter.before_boundary_read()
-        meter.boundary(clean=True, ignored=frozenset(), head=pygit2.Repository(str(ws.path / ".git")).head.target)
-        (ws.path / "src" / "between.txt").write_text("1\n2\n")  # after the boundary read, before the task
-        meter.start()
-        assert meter.git_reads == 0
-        assert meter.measure() == Changes(1, 2)
-    finally:
-        meter.close()
+def test_a_measure_with_no_event_reads_no_git_and_one_after_a_silent_write_does(metered):
+    ws, meter = metered
+    meter.start()
+    assert meter.measure() == Changes(0, 0)
+    reads = meter.git_reads
+    assert meter.measure() == Changes(0, 0) and meter.git_reads == reads  # nothing happened: the queue said so
+    (ws.path / "src" / "old.txt").write_text("a\nB\nc\n")  # no announcement, no kernel call
+    assert meter.measure() == Changes(1, 3) and meter.git_reads == reads + 1
+    assert meter.measure() == meter.diff_now()
 
 
-def test_head_moved_with_no_worktree_event_is_measured(tmp_path):
-    ws, meter = metered(tmp_path)
-    try:
-        meter.start()
-        assert meter.measure() == Changes(0, 0)
-        other = ws.git("commit-tree", "-p", "HEAD", "-m", "elsewhere", ws.git("write-tree").strip()).strip()
-        reads = meter.git_reads
-        ws.git("update-ref", "HEAD", other)  # .git only: no worktree event
-        meter.measure()
-        assert meter.git_reads == reads + 1
-    finally:
-        meter.close()
+def test_a_clean_boundary_read_starts_the_task_without_a_git_read_and_misses_nothing_after_it(metered):
+    ws, meter = metered
+    clean_boundary(ws, meter)
+    (ws.path / "src" / "between.txt").write_text("1\n2\n")  # after the boundary read, before the task
+    meter.start()
+    assert meter.git_reads == 0
+    assert meter.measure() == Changes(1, 2)
 
 
-def test_a_meter_with_the_queue_counts_what_one_without_it_counts(tmp_path):
-    ws, meter = metered(tmp_path)
+def test_head_moved_with_no_worktree_event_is_measured(metered):
+    ws, meter = metered
+    meter.start()
+    assert meter.measure() == Changes(0, 0)
+    other = ws.git("commit-tree", "-p", "HEAD", "-m", "elsewhere", ws.git("write-tree").strip()).strip()
+    reads = meter.git_reads
+    ws.git("update-ref", "HEAD", other)  # .git only: no worktree event
+    meter.measure()
+    assert meter.git_reads == reads + 1
+
+
+def test_a_meter_with_the_queue_counts_what_one_without_it_counts(metered):
+    ws, meter = metered
     plain = ChangeMeter(ws.path, ws.path / ".git")
-    try:
-        meter.start()
-        plain.start()
-        steps = [
-            lambda: (ws.path / "src" / "old.txt").write_text("a\n"),
-            lambda: (ws.path / "src" / "n" / "m").mkdir(parents=True),
-            lambda: (ws.path / "src" / "n" / "m" / "f.txt").write_text("1\n2\n3\n"),
-            lambda: (ws.path / "build").mkdir(),
-            lambda: (ws.path / "build" / "o").write_text("x" * 1000),
-            lambda: (ws.path / "src" / "n").rename(ws.path / "src" / "k"),
-            lambda: (ws.path / "src" / "k" / "m" / "f.txt").write_bytes(b"\0bin"),
-            lambda: (ws.path / "README.md").unlink(),
-        ]
-        for step in steps:
-            step()
-            assert meter.measure() == plain.measure()
-            assert meter.measure() == plain.measure()  # the second from the queue
-    finally:
-        meter.close()
+    meter.start()
+    plain.start()
+    steps = [
+        lambda: (ws.path / "src" / "old.txt").write_text("a\n"),
+        lambda: (ws.path / "src" / "n" / "m").mkdir(parents=True),
+        lambda: (ws.path / "src" / "n" / "m" / "f.txt").write_text("1\n2\n3\n"),
+        lambda: (ws.path / "build").mkdir(),
+        lambda: (ws.path / "build" / "o").write_text("x" * 1000),
+        lambda: (ws.path / "src" / "n").rename(ws.path / "src" / "k"),
+        lambda: (ws.path / "src" / "k" / "m" / "f.txt").write_bytes(b"\0bin"),
+        lambda: (ws.path / "README.md").unlink(),
+    ]
+    for step in steps:
+        step()
+        assert meter.measure() == plain.measure()
+        assert meter.measure() == plain.measure()  # the second from the queue
 
 
-def test_a_commit_between_the_boundary_read_and_the_task_start_counts_against_the_task(tmp_path):
-    ws, meter = metered(tmp_path)
-    try:
-        meter.before_boundary_read()
-        meter.boundary(clean=True, ignored=frozenset(), head=pygit2.Repository(str(ws.path / ".git")).head.target)
-        ws.commit("slipped in", {"src/slipped.py": "a\nb\nc\n"})
-        meter.start()
-        assert meter.measure() == Changes(1, 3)
-    finally:
-        meter.close()
+def test_a_commit_between_the_boundary_read_and_the_task_start_counts_against_the_task(metered):
+    ws, meter = metered
+    clean_boundary(ws, meter)
+    ws.commit("slipped in", {"src/slipped.py": "a\nb\nc\n"})
+    meter.start()
+    assert meter.measure() == Changes(1, 3)
