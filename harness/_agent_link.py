@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -135,28 +135,29 @@ class AgentLink:
             await self._close_open_session()
 
     async def prompt(
-        self, session_id: str, text: str, *, cancel: asyncio.Event, interrupt: asyncio.Event | None = None
+        self, session_id: str, text: str, *, cancel: asyncio.Event, interrupt: asyncio.Future[None] | None = None
     ) -> str | Stop | Interrupted:
         """One `session/prompt` round: the agent's stop reason, a Stop for a fault, deadline or cancel, or
-        `Interrupted` when `interrupt` (a budget) was set and the turn was cancelled for it."""
+        `Interrupted` when `interrupt` (a budget) was resolved and the turn was cancelled for it."""
         assert self._conn is not None and self.process is not None
         try:
-            return await self._prompt(session_id, text, cancel, interrupt or asyncio.Event())
+            return await self._prompt(session_id, text, cancel, interrupt)
         finally:
             self.process.forget_prompts()  # anything the agent sends from now on is outside the turn
 
     async def _prompt(
-        self, session_id: str, text: str, cancel: asyncio.Event, interrupt: asyncio.Event
+        self, session_id: str, text: str, cancel: asyncio.Event, interrupt: asyncio.Future[None] | None
     ) -> str | Stop | Interrupted:
         assert self._conn is not None and self.process is not None
         prompt = asyncio.ensure_future(self._conn.prompt(session_id=session_id, prompt=[text_block(text)]))
-        await self._wait_or_exit(prompt, cancel.wait(), interrupt.wait(), timeout=self.limits.turn_timeout_s)
+        wake = () if interrupt is None else (interrupt,)
+        await self._wait_or_exit(prompt, cancel.wait(), wake=wake, timeout=self.limits.turn_timeout_s)
         if prompt.done():
             return await self._outcome(prompt, "session/prompt", self._stop_reason)
         if self.process.exited.is_set():  # dead, with its stdout held open by a grandchild
             await _discard(prompt)
             return await self.failure()
-        why = "user_cancel" if cancel.is_set() else "budget" if interrupt.is_set() else "turn_timeout"
+        why = "user_cancel" if cancel.is_set() else "budget" if interrupt and interrupt.done() else "turn_timeout"
         agent_stop, killed = await self._cancel_turn(session_id, prompt)
         self.transcript.record(RecordType.TURN_CANCELLED, why=why, agent_stop_reason=agent_stop, killed=killed)
         detail = {"agent_stop_reason": agent_stop, "killed": killed}
@@ -227,12 +228,20 @@ class AgentLink:
         except ValueError as exc:  # the SDK's validation of a malformed answer
             return Stop(Terminal.FAILED, {"kind": "protocol_error", "request": what, "error": str(exc)[:500]})
 
-    async def _wait_or_exit(self, future: asyncio.Future[Any], *also: Awaitable[Any], timeout: float) -> None:
-        """Wait for `future`, for any of `also`, for the agent process to exit, or for `timeout`."""
+    async def _wait_or_exit(
+        self,
+        future: asyncio.Future[Any],
+        *also: Awaitable[Any],
+        wake: Iterable[asyncio.Future[None]] = (),
+        timeout: float,
+    ) -> None:
+        """Wait for `future`, for any of `also` or `wake`, for the agent process to exit, or for `timeout`.
+        `also` are awaited in tasks of their own, cancelled after; `wake` futures are someone else's, left as
+        they are."""
         assert self.process is not None
         watchers = [asyncio.ensure_future(a) for a in (*also, self.process.exited.wait())]
         try:
-            await asyncio.wait({future, *watchers}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({future, *watchers, *wake}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for watcher in watchers:
                 watcher.cancel()

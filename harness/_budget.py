@@ -25,10 +25,9 @@ Stop codes (the `stop_code` of a `{kind: "budget" | "stall"}` reason):
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -57,6 +56,7 @@ CONVERGE_PROMPT = (
     "and what is not."
 )
 MUTATING_KINDS = frozenset({"edit", "delete", "move"})
+_CANONICAL = json.JSONEncoder(sort_keys=True, default=str)  # one encoder, not one a call
 CYCLE_LENGTHS = range(1, 5)
 
 
@@ -107,7 +107,7 @@ def convergence_window(total: int) -> int:
     return min(50, max(1, total // 5))
 
 
-def repeated_cycle(history: list[str], repeats: int) -> int | None:
+def repeated_cycle(history: Sequence[Hashable], repeats: int) -> int | None:
     """The length (1-4) of a cycle of calls that ends `history` repeated `repeats` times in a row, if any."""
     for length in CYCLE_LENGTHS:
         span = length * repeats
@@ -130,7 +130,7 @@ class Account:
         self.counts = Counts()
         self.converge_sent = False
         self._calls: dict[str, dict[str, Any]] = {}  # tool call id -> its merged fields, until it ends
-        self._history: list[str] = []  # signatures of ended calls, the last 16
+        self._history: list[int] = []  # signatures of ended calls, the last 16
         self._times: deque[float] = deque()  # announcement times inside the rate window
 
     # --- model turns (before each prompt round) --------------------------------------------------
@@ -191,7 +191,7 @@ class Account:
                 return self._stop("budget", StopCode.AGGREGATE_TOOL_CALL_LIMIT, counts.segment_tool_calls,
                                   calls.per_segment, "budget.tool_calls.per_segment")  # fmt: skip
             return self._new_segment("tool_calls")
-        for key in _tool_keys(fields, calls.per_tool):
+        for key in _tool_keys(fields, calls.per_tool) if calls.per_tool else ():
             used = counts.per_tool[key] = counts.per_tool.get(key, 0) + 1
             if used > calls.per_tool[key]:
                 return self._stop("budget", StopCode.PER_TOOL_CALL_LIMIT, used, calls.per_tool[key],
@@ -273,7 +273,8 @@ def _tool_keys(fields: Mapping[str, Any], per_tool: Mapping[str, int]) -> list[s
     return [key for key in per_tool if key.lower() in (kind, title)]
 
 
-def _signature(call: Mapping[str, Any]) -> str:
-    """A call's name and arguments, as merged from its announcement and updates (hashed: arguments may be large)."""
-    parts = {k: call.get(k) for k in ("title", "kind", "rawInput", "locations")}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+def _signature(call: Mapping[str, Any]) -> int:
+    """A call's name and arguments, as merged from its announcement and updates, hashed (arguments may be
+    large; the history lives in one process, so Python's 64-bit string hash will do)."""
+    parts = (call.get("title"), call.get("kind"), call.get("rawInput"), call.get("locations"))
+    return hash(_CANONICAL.encode(parts))

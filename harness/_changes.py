@@ -91,8 +91,10 @@ class ChangeMeter:
         boundary, self._boundary = self._boundary, None
         # From a boundary, its HEAD: a commit since then is one since the start, and the first measure finds
         # HEAD moved and reads git (nothing else in the kernel moves HEAD between the two).
-        self._start_head = boundary.head if boundary is not None else self._head()
-        self._start_tree = None if self._start_head is None else self._tree(self._start_head)
+        head = boundary.head if boundary is not None else self._head()
+        if head != self._start_head or self._start_tree is None:  # the last task's tree, when HEAD stayed
+            self._start_tree = None if head is None else self._tree(head)
+        self._start_head = head
         if boundary is not None:
             self._ignored_at_start, self._current = boundary.ignored, boundary.drained
         else:
@@ -124,7 +126,7 @@ class ChangeMeter:
     def _tell_ignored(self, paths: Iterable[str]) -> None:
         """The event queue learns which directories git last reported ignored (their events say nothing)."""
         if self.events is not None:
-            self.events.ignore(p for p in paths if p.endswith("/"))
+            self.events.ignore(frozenset(p for p in paths if p.endswith("/")))
 
     def diff_now(self) -> Changes:
         """The same figures from libgit2's diff of the starting tree against the worktree (it reads every file:

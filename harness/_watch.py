@@ -1,6 +1,6 @@
 """One task's budgets, watched while the agent works: the client hands it every update of the running
 turn (in wire order, never awaiting), the run asks it at each turn boundary. When a cap trips mid-turn
-it sets `interrupt`; the agent link then cancels the turn (session/cancel, the grace period) and the run
+it resolves `interrupt`; the agent link then cancels the turn (session/cancel, the grace period) and the run
 ends with the stop, or starts a new segment.
 
 Changes are measured from git at the tool-call boundaries after which something may have changed, and
@@ -39,7 +39,9 @@ class TaskWatch:
         self.account = account
         self.meter = meter
         self.transcript = transcript
-        self.interrupt = asyncio.Event()
+        # Done when a cap trips in the running turn: a future, not an Event, so that the agent link waits for
+        # it beside the prompt without a task of its own per turn.
+        self.interrupt: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.tripped: Stop | NewSegment | None = None
         self.ledger: list[Choice] = []  # questions the kernel answered in this task
         self.notes: list[tuple[str, str]] = []  # (name, text) the next prompt carries: a nudge
@@ -55,8 +57,8 @@ class TaskWatch:
         self.said = False
         if isinstance(self.tripped, NewSegment):
             self.tripped = None  # handled: the run started the new segment
-        if self.tripped is None:  # a stop that came between turns (a late question) keeps its interrupt
-            self.interrupt.clear()
+        if self.tripped is None and self.interrupt.done():  # a stop that came between turns keeps its interrupt
+            self.interrupt = asyncio.get_running_loop().create_future()
 
     def on_update(self, update: Any) -> None:
         if isinstance(update, ToolCallStart):
@@ -155,7 +157,8 @@ class TaskWatch:
         else:
             self.transcript.record(RecordType.BUDGET, event="segment_ceiling", why=outcome.why,
                                    continuation=outcome.continuation, limit=outcome.limit)  # fmt: skip
-        self.interrupt.set()
+        if not self.interrupt.done():
+            self.interrupt.set_result(None)
 
 
 def _locations(locations: Any) -> list[Mapping[str, Any]] | None:

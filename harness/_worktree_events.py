@@ -24,7 +24,6 @@ What it does not see, and who does instead:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
 from inotify_simple import Event, INotify
@@ -45,15 +44,20 @@ class WorktreeEvents:
         self.blind = False  # a watch could not be kept: every look says "changed"
         self._inotify = INotify(nonblocking=True)
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory
-        self._ignored: frozenset[str] = frozenset()  # ignored directories, as "/abs/path/"
+        self._told: frozenset[str] = frozenset()  # the ignored directories as git named them, last time
+        self._ignored: frozenset[str] = frozenset()  # ... as "/abs/path/"
+        self._inside: dict[int, bool] = {}  # watch descriptor -> beneath an ignored directory (a cache)
         self._watch_tree(str(root))
 
-    def ignore(self, directories: Iterable[str]) -> None:
+    def ignore(self, directories: frozenset[str]) -> None:
         """The directories (worktree-relative, `out/`) git reported ignored at its last read."""
+        if directories == self._told:  # as last time (every read between tasks, usually)
+            return
         ignored = frozenset(os.path.join(self.root, d.rstrip("/"), "") for d in directories)
         if self._ignored - ignored:  # one is ignored no more: what was made in it meanwhile is not watched
             self._watch_tree(str(self.root))
-        self._ignored = ignored
+        self._told, self._ignored = directories, ignored
+        self._inside.clear()
 
     def changed(self) -> bool:
         """True if anything may have changed since the last call. New directories are watched before this
@@ -62,38 +66,44 @@ class WorktreeEvents:
         if self.blind:
             return True
         changed = False
+        linked: dict[tuple[int, str], bool] = {}  # one lstat a name per look, however many writes it had
         for event in events:
             if event.mask & IN.Q_OVERFLOW:  # events were lost, directory creations among them
                 self._watch_tree(str(self.root))
                 changed = True
                 continue
-            if self._inside_ignored(event.wd) and not self._linked_elsewhere(event):
+            if self._inside_ignored(event.wd) and not self._linked_elsewhere(event, linked):
                 continue
             changed = True
             if event.mask & IN.IGNORED:  # the directory is gone (its parent had the event)
                 self._dirs.pop(event.wd, None)
+                self._inside.pop(event.wd, None)  # the kernel may hand the descriptor out again
             elif event.mask & IN.ISDIR and event.mask & (IN.MOVED_FROM | IN.MOVED_TO):
                 self._watch_tree(str(self.root))  # a moved directory's watches carry their old paths: renew all
             elif event.mask & IN.ISDIR and event.mask & IN.CREATE and event.wd in self._dirs:
                 self._watch_tree(os.path.join(self._dirs[event.wd], event.name))
         return changed
 
-    def _linked_elsewhere(self, event: Event) -> bool:
+    def _linked_elsewhere(self, event: Event, looked: dict[tuple[int, str], bool]) -> bool:
         """A file with another name (a hard link from `build/f` to the tracked `src/f`): written through its
         ignored name, it changed a file that counts."""
         if event.mask & IN.ISDIR or not event.mask & (IN.MODIFY | IN.CLOSE_WRITE) or not event.name:
             return False  # only a content change through this name can change the other
-        try:
-            return os.lstat(os.path.join(self._dirs[event.wd], event.name)).st_nlink > 1
-        except OSError:
-            return False  # gone again: nothing left to count there
+        key = (event.wd, event.name)
+        if key not in looked:
+            try:
+                looked[key] = os.lstat(os.path.join(self._dirs[event.wd], event.name)).st_nlink > 1
+            except OSError:
+                looked[key] = False  # gone again: nothing left to count there
+        return looked[key]
 
     def _inside_ignored(self, wd: int) -> bool:
-        directory = self._dirs.get(wd)
-        if directory is None or not self._ignored:
-            return False
-        here = os.path.join(directory, "")
-        return any(here.startswith(ignored) for ignored in self._ignored)
+        inside = self._inside.get(wd)
+        if inside is None:
+            directory = self._dirs.get(wd)
+            here = "" if directory is None else os.path.join(directory, "")
+            inside = self._inside[wd] = any(here.startswith(ignored) for ignored in self._ignored) if here else False
+        return inside
 
     def close(self) -> None:
         self._inotify.close()
@@ -120,4 +130,5 @@ class WorktreeEvents:
             self.blind = True
             return False
         self._dirs[wd] = directory  # the same directory again: the same descriptor, its path renewed
+        self._inside.pop(wd, None)
         return True
