@@ -58,6 +58,7 @@ class ScriptedAgent:
         self.client_caps: dict[str, Any] = {}
         self.sessions: collections.OrderedDict[str, _Session] = collections.OrderedDict()
         self._session_ids = 0
+        self.leaked: list[object] = []  # what `leak` steps keep alive: fds and threads
 
     # --- the reader loop -----------------------------------------------------------------------
 
@@ -384,6 +385,17 @@ class _Player:
         child = subprocess.Popen(["sleep", str(spec.get("seconds", 300))], start_new_session=spec.get("setsid", False))
         if self.session is not None:
             self._message(f"child pid {child.pid}")
+
+    def _step_leak(self, what: str) -> None:
+        """Leak one `fd` or `thread` in this process for good (the soak's agent-side checks must catch it)."""
+        if what == "fd":
+            self.agent.leaked.append(os.open(os.devnull, os.O_RDONLY))
+        elif what == "thread":
+            thread = threading.Thread(target=threading.Event().wait, name="leaked", daemon=True)
+            thread.start()
+            self.agent.leaked.append(thread)
+        else:
+            raise ValueError(f"leak: 'fd' or 'thread', not {what!r}")
 
     def _step_growing_message(self, size: int) -> None:
         """A message `size` bytes longer with every session: a transcript that grows per task."""

@@ -61,6 +61,7 @@ STEP_KINDS = frozenset(
         "echo_prompt",
         "spawn_child",
         "growing_message",
+        "leak",
         "mcp_list",
         "mcp_call",
     }

@@ -92,6 +92,19 @@ class Bounds:
     def window_for(self, tasks: int) -> int:
         return self.window or max(10, (tasks - self.warmup) // 4)
 
+    def shortest(self) -> int:
+        """The fewest tasks a soak must drain for every check to judge something: the warm-up, then two
+        windows (a slope bound breaks only in two consecutive windows, so one window checks nothing)."""
+        return self.warmup + 2 * (self.window or 10)
+
+    def too_short(self, tasks: int) -> str | None:
+        """Why `tasks` would check nothing, or None."""
+        if tasks >= self.shortest():
+            return None
+        return (f"{tasks} tasks check nothing: the first {self.warmup} are the warm-up, and each bound is judged over "
+                f"two windows of {self.window or 10} after it; drain at least {self.shortest()} tasks "
+                f"(or lower --warmup / --window)")  # fmt: skip
+
 
 def slope(values: Sequence[float]) -> float:
     """Least-squares slope of `values` against their index (units per task)."""

@@ -29,16 +29,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="append",
         default=[],
         metavar="LEAK",
-        help="leak on purpose: fd, thread, child, memory, transcript (proves the checks fail)",
+        help="leak on purpose: fd, thread, child, memory, transcript, agent-fd, agent-thread (proves the checks fail)",
     )
     soak.add_argument("--warmup", type=int, help="tasks excluded from every check (default 50)")
+    soak.add_argument(
+        "--window", type=int, help="tasks per check window (default: a quarter of those after the warm-up)"
+    )
     soak.add_argument("--json", action="store_true", help="print the summary as JSON")
     soak.set_defaults(handler=_handle)
 
 
 def _handle(args: argparse.Namespace) -> int:
     return soak_command(tasks=args.tasks, report=args.report, mode=args.mode, agent=args.agent, inject=args.inject,
-                        warmup=args.warmup, as_json=args.json)  # fmt: skip
+                        warmup=args.warmup, window=args.window, as_json=args.json)  # fmt: skip
 
 
 def soak_command(
@@ -50,9 +53,24 @@ def soak_command(
     inject: list[str],
     warmup: int | None,
     as_json: bool,
+    window: int | None = None,
 ) -> int:
-    bounds = Bounds() if warmup is None else Bounds(warmup=warmup)
+    """Exit 0 when every bound held, 1 when one broke, 2 when the soak could not judge anything (too short,
+    a bad option, no plotting library for the report): that is said before a single task runs."""
+    given = {k: v for k, v in {"warmup": warmup, "window": window}.items() if v is not None}
     console = Console(stderr=True)
+    if report is not None and not _can_plot():
+        print("soak: --report draws its plots with matplotlib, which is not installed: "
+              "pip install 'loop-harness[soak]', or leave --report out", file=sys.stderr)  # fmt: skip
+        return 2
+    if any(v < 1 for v in given.values()) or tasks < 1:
+        print("soak: --tasks, --warmup and --window must be at least 1", file=sys.stderr)
+        return 2
+    bounds = Bounds().with_overrides(**given)
+    short = bounds.too_short(tasks)
+    if short is not None:
+        print(f"soak: {short}", file=sys.stderr)
+        return 2
     columns = (TextColumn("soak"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         bar = progress.add_task("soak", total=tasks)
@@ -80,3 +98,12 @@ def soak_command(
         if result.error is not None:
             print(f"  broken bound: {result.error}", file=sys.stderr)
     return 0 if result.passed else 1
+
+
+def _can_plot() -> bool:
+    """Whether the report's plots can be drawn: asked before the soak, not after an hour of it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -2,7 +2,8 @@
 
 Each injector leaks one unit of its resource in the kernel process at every
 task boundary; `release()` undoes it all when the soak ends. The transcript
-leak is the agent's: its messages grow with every session (`growing_message`).
+leak is the agent's: its messages grow with every session (`growing_message`); so are `agent-fd` and
+`agent-thread`, which the scripted agent leaks in its own process every task (its `leak` step).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 __all__ = ["INJECTABLE", "Injector"]
 
-INJECTABLE = ("fd", "thread", "child", "memory", "transcript")
+INJECTABLE = ("fd", "thread", "child", "memory", "transcript", "agent-fd", "agent-thread")
 
 
 class Injector:
@@ -23,6 +24,7 @@ class Injector:
         if unknown:
             raise ValueError(f"unknown leak(s) {sorted(unknown)} (known: {', '.join(INJECTABLE)})")
         self.kinds = kinds
+        self.agent_leaks = tuple(k.removeprefix("agent-") for k in kinds if k.startswith("agent-"))
         self._fds: list[int] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -12,7 +12,9 @@ window, so a broken bound stops the soak early with an error that names it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import os
 import tempfile
 import threading
 import time
@@ -20,7 +22,7 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -45,16 +47,28 @@ from ._checks import (
     window_slices,
 )
 from ._inject import Injector
-from ._sampler import Counters, Sample, SampleTable, kernel_counters, take_sample
+from ._sampler import (
+    AgentCounters,
+    Counters,
+    ExactCounters,
+    Sample,
+    SampleTable,
+    agent_counters,
+    kernel_counters,
+    take_sample,
+)
 
 __all__ = ["SoakResult", "SoakRunner"]
+
+_C = TypeVar("_C", bound=ExactCounters)
 
 RULES = [*OUT_RULES, {"id": "git-status", "kind": "execute", "commands": ["git status*"], "decision": "allow"}]
 INFERENCE_RULES = [*RULES, {"id": "write-any", "kind": "write", "paths": ["**"], "decision": "allow"}]
 
 
-def scripted_turn(grow: bool) -> dict[str, Any]:
-    """Per task: a tool call with a permission request, an fs write and read, a terminal command."""
+def scripted_turn(grow: bool, leaks: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Per task: a tool call with a permission request, an fs write and read, a terminal command; `leaks`
+    (`fd`, `thread`) the agent leaks on purpose each task."""
     steps: list[dict[str, Any]] = [
         {"tool_call": {"title": "Write out/result.txt", "kind": "edit", "locations": ["out/result.txt"],
                        "permission": True}},
@@ -65,6 +79,7 @@ def scripted_turn(grow: bool) -> dict[str, Any]:
     ]  # fmt: skip
     if grow:
         steps.append({"growing_message": 200})
+    steps.extend({"leak": what} for what in leaks)
     return {"steps": steps}
 
 
@@ -115,7 +130,12 @@ class SoakRunner:
         # The window is fixed by the planned run, not by how far it has got: a check half-way through
         # must judge the same windows as the last one (a 10-task window turned one set resize into a leak).
         self.bounds = bounds if bounds.window else bounds.with_overrides(window=bounds.window_for(tasks))
+        short = bounds.too_short(tasks)
+        if short is not None:
+            raise ValueError(short)
         self.injector = Injector(inject)
+        if self.injector.agent_leaks and (agent != "scripted" or mode != "shared"):
+            raise ValueError("the agent-side leaks are the scripted agent's, in shared mode")
         self.workdir = workdir
         self.progress = progress
         self.threads = threads
@@ -124,6 +144,7 @@ class SoakRunner:
         self.error: SoakError | None = None
         self.terminals: dict[str, int] = {}
         self._baseline: Counters | None = None
+        self._agent_baseline: AgentCounters | None = None  # shared mode: the one agent's, after the warm-up
         self._snapshot: tracemalloc.Snapshot | None = None
         self._agent: psutil.Process | None = None
         self._transcript_total = 0
@@ -186,7 +207,8 @@ class SoakRunner:
 
     def _config(self, root: Path, workspace: Path, grow: bool, index: int) -> Any:
         if self.agent_kind == "scripted":
-            scenario = write_yaml(root / "scenario.yaml", {"tasks": [{"turns": [scripted_turn(grow)]}]})
+            turn = scripted_turn(grow, self.injector.agent_leaks)
+            scenario = write_yaml(root / "scenario.yaml", {"tasks": [{"turns": [turn]}]})
             agent = {"command": scripted_agent_command(scenario), "supports_permission_requests": True}
         else:
             command = inference_agent_command(threads=self.threads)
@@ -243,13 +265,18 @@ class SoakRunner:
             self.progress(done, self.tasks)
         try:
             if done == self.bounds.warmup:
-                self._baseline = await self._settled_counters()
+                self._baseline = await self._settled(kernel_counters)
+                if agent is not None:
+                    self._agent_baseline = await self._settled(lambda: agent_counters(agent))
                 # Everything alive now moves to a permanent generation, so the collection before each
                 # sample only walks what was allocated since (18 ms -> well under 1 ms per task).
                 gc.freeze()
                 self._snapshot = tracemalloc.take_snapshot()
             elif self._baseline is not None and done % self.bounds.quiet_every == 0:
-                await self._check_counters(done)
+                await self._check_exact("kernel", kernel_counters, self._baseline, done, _what_is_open)
+                if agent is not None and self._agent_baseline is not None:
+                    await self._check_exact("agent", lambda: agent_counters(agent), self._agent_baseline, done,
+                                            lambda resource: _what_the_agent_holds(agent, resource))  # fmt: skip
             if done > self.bounds.warmup and (done - self.bounds.warmup) % self.bounds.window_for(done) == 0:
                 self._check_memory_and_transcript()
         except SoakError as error:
@@ -257,34 +284,36 @@ class SoakRunner:
             return False
         return True
 
-    async def _settled_counters(self) -> Counters:
+    async def _settled(self, read: Callable[[], _C]) -> _C:
         """Counters once two reads agree (after a collection and a short wait)."""
-        previous = kernel_counters()
+        previous = read()
         for _ in range(self.bounds.settle_retries):
             gc.collect()
             await asyncio.sleep(0.02)
-            current = kernel_counters()
+            current = read()
             if current == previous:
                 return current
             previous = current
         return previous
 
-    async def _check_counters(self, done: int) -> None:
-        assert self._baseline is not None
+    async def _check_exact(
+        self, whose: str, read: Callable[[], _C], baseline: _C, done: int, what_is_open: Callable[[str], list[str]]
+    ) -> None:
+        """`whose` counters back at their baseline, within the settle retries, or UnclosedResourceError."""
         for _ in range(self.bounds.settle_retries):
-            diff = kernel_counters().diff(self._baseline)
+            diff = read().diff(baseline)
             if not diff:
                 return
             gc.collect()
             await asyncio.sleep(0.02)
-        resource, (baseline, now) = next(iter(diff.items()))
+        resource, (then, now) = next(iter(diff.items()))
         raise UnclosedResourceError(
-            f"kernel {resource}",
-            f"{now} after task {done}, baseline {baseline} (+{now - baseline}) after "
+            f"{whose} {resource}",
+            f"{now} after task {done}, baseline {then} (+{now - then}) after "
             f"{self.bounds.settle_retries} settle retries",
-            baseline=baseline,
+            baseline=then,
             final=now,
-            extras=_what_is_open(resource),
+            extras=what_is_open(resource),
         )
 
     def _check_memory_and_transcript(self) -> None:
@@ -346,6 +375,31 @@ class _SoakQueue:
 
     async def aclose(self) -> None:
         return None
+
+
+def _what_the_agent_holds(agent: psutil.Process, resource: str) -> list[str]:
+    """What the agent tree holds of `resource` now (as `_what_is_open` says for the kernel)."""
+    try:
+        tree = [agent, *agent.children(recursive=True)]
+        if resource == "fds":  # every descriptor, not psutil's regular files only (a leaked pipe counts too)
+            return [line for p in tree for line in _descriptors(p.pid)]
+        if resource == "threads":
+            return [f"pid {p.pid} ({p.name()}): {p.num_threads()} threads" for p in tree]
+        if resource == "children":
+            return [" ".join(p.cmdline()) for p in tree[1:] if p.status() != psutil.STATUS_ZOMBIE]
+    except psutil.Error as exc:
+        return [f"cannot look: {exc}"]
+    return []
+
+
+def _descriptors(pid: int) -> list[str]:
+    """`pid N fd K: target` for each of a process's open descriptors (Linux's /proc)."""
+    lines = []
+    with contextlib.suppress(OSError):
+        for fd in sorted(os.listdir(f"/proc/{pid}/fd"), key=int):
+            with contextlib.suppress(OSError):
+                lines.append(f"pid {pid} fd {fd}: {os.readlink(f'/proc/{pid}/fd/{fd}')}")
+    return lines
 
 
 def _what_is_open(resource: str) -> list[str]:

@@ -12,22 +12,46 @@ from typing import Any
 
 import psutil
 
-__all__ = ["MISSING", "Counters", "Sample", "SampleTable", "agent_tree", "kernel_counters", "take_sample"]
+__all__ = [
+    "MISSING",
+    "AgentCounters",
+    "Counters",
+    "ExactCounters",
+    "Sample",
+    "SampleTable",
+    "agent_counters",
+    "agent_tree",
+    "kernel_counters",
+    "take_sample",
+]
+
+
+class ExactCounters:
+    """Counters that must come back exactly to their baseline at a quiet point."""
+
+    def diff(self, baseline: ExactCounters) -> dict[str, tuple[int, int]]:
+        """{resource: (baseline, now)} for every counter that differs."""
+        mine, theirs = asdict(self), asdict(baseline)  # type: ignore[call-overload]
+        return {k: (theirs[k], mine[k]) for k in mine if mine[k] != theirs[k]}
 
 
 @dataclass(frozen=True)
-class Counters:
-    """What must come back exactly to its baseline at a quiet point."""
+class Counters(ExactCounters):
+    """The kernel process's."""
 
     fds: int
     threads: int  # native threads of the kernel process
     python_threads: int
     children: int  # live (non-zombie) descendants
 
-    def diff(self, baseline: Counters) -> dict[str, tuple[int, int]]:
-        """{resource: (baseline, now)} for every counter that differs."""
-        mine, theirs = asdict(self), asdict(baseline)
-        return {k: (theirs[k], mine[k]) for k in mine if mine[k] != theirs[k]}
+
+@dataclass(frozen=True)
+class AgentCounters(ExactCounters):
+    """The agent's, with everything below it (under the sandbox: bwrap, the agent, its network bridge)."""
+
+    fds: int
+    threads: int
+    children: int  # live (non-zombie) descendants of the process the kernel started
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +154,12 @@ def agent_tree(agent: psutil.Process) -> tuple[int, int, int]:
             if process is agent:
                 raise
     return rss, fds, threads
+
+
+def agent_counters(agent: psutil.Process) -> AgentCounters:
+    """The agent tree's counters (psutil.NoSuchProcess when the agent is gone)."""
+    _rss, fds, threads = agent_tree(agent)
+    return AgentCounters(fds=fds, threads=threads, children=len(_live_children(agent)))
 
 
 def _live_children(process: psutil.Process) -> list[psutil.Process]:

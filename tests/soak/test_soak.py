@@ -69,6 +69,8 @@ def test_one_agent_process_per_task_stays_bounded():
         ("fd", UnclosedResourceError, "kernel fds"),
         ("thread", UnclosedResourceError, "kernel threads"),
         ("child", UnclosedResourceError, "kernel children"),
+        ("agent-fd", UnclosedResourceError, "agent fds"),
+        ("agent-thread", UnclosedResourceError, "agent threads"),
         ("transcript", TranscriptGrowthError, "transcript_bytes"),
         # Last: the 30 MiB it leaks on purpose are freed, but glibc keeps the pages, and every soak after
         # it in this process would start near the kernel's 150 MiB peak ceiling (it once started at 150.7).
@@ -94,6 +96,8 @@ def test_each_check_catches_its_leak(leak, error, resource):
     if error is UnclosedResourceError:
         assert result.error.final > result.error.baseline
         assert result.error.extras, "what is open is reported"
+    if leak == "agent-fd":
+        assert any(line.endswith(": /dev/null") for line in result.error.extras), result.error.extras
 
 
 #: The inference agent's RSS climbs for its first ~10 tasks (KV-cache pages are touched as longer
