@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import signal
 import sys
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loop-harness", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command")
 
     run = commands.add_parser("run", help="drain the configured queue once and exit")
@@ -248,3 +250,11 @@ def _settle(answer: asyncio.Future[str], text: str) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _version() -> str:
+    """The installed distribution's version (a source checkout not installed says so)."""
+    try:
+        return importlib.metadata.version("loop-harness")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"

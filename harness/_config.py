@@ -345,8 +345,8 @@ def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Co
     elif "commit" in data:
         raise ConfigError("commit", "write it as workspace.commit (workspace: {path: ..., commit: {...}})")
     for key in ("workspace", "transcripts"):
-        if isinstance(data.get(key), str):
-            data[key] = (base_dir / data[key]).resolve()
+        if isinstance(data.get(key), str):  # `~/repo` is the user's home, as in a shell
+            data[key] = (base_dir / Path(data[key]).expanduser()).resolve()
     if isinstance(data.get("sandbox"), dict):
         data["sandbox"] = sandbox = dict(data["sandbox"])
         for key in ("home", "tmp"):

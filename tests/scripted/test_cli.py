@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -11,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
@@ -215,3 +218,25 @@ def test_a_yaml_integer_id_is_its_text_and_other_numbers_must_be_quoted(scripted
         assert refused.returncode == 2
         assert f"agent.env.VALUE: Value error, YAML read this as {read_as}: quote it" in refused.stderr
         config.write_text(config.read_text().replace(f"  env:\n    VALUE: {value}\n", "", 1))
+
+
+def test_the_version_is_the_installed_distributions():
+    done = cli("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"loop-harness {importlib.metadata.version('loop-harness')}"
+
+
+def test_a_workspace_written_with_a_tilde_is_under_home(scripted_scenario, harness_config, tmp_path):
+    config = harness_config(scripted_scenario(scenario({"T1": [write_turn("src/x.py", "x = 1\n")]})))
+    data = yaml.safe_load(config.read_text())
+    workspace = Path(data["workspace"])
+    data["workspace"] = f"~/{workspace.name}"  # as a user writes it, HOME being the workspace's parent
+    tilde = tmp_path / "tilde.yaml"
+    tilde.write_text(yaml.safe_dump(data))
+
+    done = subprocess.run([CLI, "run", str(tilde), "--json"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "HOME": str(workspace.parent)})  # fmt: skip
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = last_json(done.stdout)
+    assert (report["terminal"], [t["terminal"] for t in report["tasks"]]) == ("Idle", ["Completed"])
