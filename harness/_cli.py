@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loop-harness", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the installed version and exit")
     commands = parser.add_subparsers(dest="command")
 
     run = commands.add_parser("run", help="drain the configured queue once and exit")
@@ -248,13 +248,17 @@ def _settle(answer: asyncio.Future[str], text: str) -> None:
         answer.set_result(text)
 
 
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version, looked up only when asked (not at every start)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        try:
+            version = importlib.metadata.version("loop-harness")
+        except importlib.metadata.PackageNotFoundError:
+            version = "(not installed)"
+        print(f"{parser.prog} {version}")
+        parser.exit()
+
+
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _version() -> str:
-    """The installed distribution's version (a source checkout not installed says so)."""
-    try:
-        return importlib.metadata.version("loop-harness")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"

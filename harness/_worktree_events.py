@@ -67,43 +67,50 @@ class WorktreeEvents:
             return True
         changed = False
         linked: dict[tuple[int, str], bool] = {}  # one lstat a name per look, however many writes it had
+        gone = {(e.wd, e.name) for e in events if e.mask & (IN.DELETE | IN.MOVED_FROM)}  # names removed meanwhile
         for event in events:
             if event.mask & IN.Q_OVERFLOW:  # events were lost, directory creations among them
                 self._watch_tree(str(self.root))
                 changed = True
                 continue
-            if self._inside_ignored(event.wd) and not self._linked_elsewhere(event, linked):
-                continue
-            changed = True
-            if event.mask & IN.IGNORED:  # the directory is gone (its parent had the event)
+            inside = self._inside_ignored(event.wd)
+            if event.mask & IN.IGNORED:  # the directory is gone (its parent had the event), ignored or not
                 self._dirs.pop(event.wd, None)
                 self._inside.pop(event.wd, None)  # the kernel may hand the descriptor out again
-            elif event.mask & IN.ISDIR and event.mask & (IN.MOVED_FROM | IN.MOVED_TO):
+                changed = changed or not inside
+                continue
+            if inside and not self._linked_elsewhere(event, linked, gone):
+                continue
+            changed = True
+            if event.mask & IN.ISDIR and event.mask & (IN.MOVED_FROM | IN.MOVED_TO):
                 self._watch_tree(str(self.root))  # a moved directory's watches carry their old paths: renew all
             elif event.mask & IN.ISDIR and event.mask & IN.CREATE and event.wd in self._dirs:
                 self._watch_tree(os.path.join(self._dirs[event.wd], event.name))
         return changed
 
-    def _linked_elsewhere(self, event: Event, looked: dict[tuple[int, str], bool]) -> bool:
-        """A file with another name (a hard link from `build/f` to the tracked `src/f`): written through its
-        ignored name, it changed a file that counts."""
+    def _linked_elsewhere(self, event: Event, looked: dict[tuple[int, str], bool], gone: set[tuple[int, str]]) -> bool:
+        """A file that may have another name (a hard link from `build/f` to the tracked `src/f`): written
+        through its ignored name, it changed a file that counts. The link count is read now, after the
+        write: a name removed or renamed since (or missing now) may have been such a link, unlinked to hide
+        the write, so it counts too (a build's write-then-rename costs a git read, no more)."""
         if event.mask & IN.ISDIR or not event.mask & (IN.MODIFY | IN.CLOSE_WRITE) or not event.name:
             return False  # only a content change through this name can change the other
         key = (event.wd, event.name)
+        if key in gone:
+            return True
         if key not in looked:
             try:
                 looked[key] = os.lstat(os.path.join(self._dirs[event.wd], event.name)).st_nlink > 1
             except OSError:
-                looked[key] = False  # gone again: nothing left to count there
+                looked[key] = True
         return looked[key]
 
     def _inside_ignored(self, wd: int) -> bool:
-        inside = self._inside.get(wd)
-        if inside is None:
+        if wd not in self._inside:
             directory = self._dirs.get(wd)
-            here = "" if directory is None else os.path.join(directory, "")
-            inside = self._inside[wd] = any(here.startswith(ignored) for ignored in self._ignored) if here else False
-        return inside
+            here = None if directory is None else os.path.join(directory, "")
+            self._inside[wd] = here is not None and any(here.startswith(ignored) for ignored in self._ignored)
+        return self._inside[wd]
 
     def close(self) -> None:
         self._inotify.close()

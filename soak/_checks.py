@@ -99,6 +99,10 @@ class Bounds:
 
     def too_short(self, tasks: int) -> str | None:
         """Why `tasks` would check nothing, or None."""
+        if self.warmup < 1:  # the counters' baseline is taken after the warm-up's last task: none, none taken
+            return "a warm-up of at least 1 task is needed: the counters' baseline is taken at its end"
+        if self.window is not None and self.window < 2:
+            return f"a window of {self.window} task has no slope: give --window 2 or more"
         if tasks >= self.shortest():
             return None
         return (f"{tasks} tasks check nothing: the first {self.warmup} are the warm-up, and each bound is judged over "

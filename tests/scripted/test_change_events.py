@@ -120,6 +120,42 @@ def test_a_tracked_file_written_through_a_hard_link_in_an_ignored_directory_coun
     assert events.changed()
 
 
+def test_a_write_through_a_hard_link_whose_name_is_then_replaced_still_counts(tree):
+    """The link count is read after the write: an agent that writes through the link, then unlinks it (and
+    leaves a fresh file of one link under the same name) must not hide the write to the tracked file."""
+    root, events = tree
+    (root / "out").mkdir()
+    os.link(root / "src" / "deep" / "a.txt", root / "out" / "a.txt")
+    events.changed()
+    events.ignore(frozenset({"out/"}))
+    with open(root / "out" / "a.txt", "a") as other_name:
+        other_name.write("appended through the ignored name\n")
+    (root / "out" / "a.txt").unlink()
+    (root / "out" / "a.txt").write_text("a fresh file, one link\n")
+    assert events.changed()
+    with open(root / "out" / "b.txt", "w") as plain:  # a build's own output, linked nowhere: still nothing
+        plain.write("built\n")
+    assert not events.changed()
+
+
+def test_directories_made_and_removed_inside_an_ignored_directory_give_their_watches_back(tmp_path):
+    """A build that makes and removes directories in `out/` all day must not use up the watches (past them,
+    every measure would read git)."""
+    (tmp_path / "out").mkdir()
+    events = WorktreeEvents(tmp_path, max_watches=4)  # the root, out/ and room for two more
+    try:
+        for round_ in range(10):
+            (tmp_path / "out" / f"obj{round_}").mkdir()
+            events.ignore(frozenset())  # un-ignored (a .gitignore edit): walked again, obj watched
+            events.ignore(frozenset({"out/"}))
+            events.changed()
+            (tmp_path / "out" / f"obj{round_}").rmdir()
+            assert not events.changed()  # inside out/: nothing counts, but the watch is given back
+        assert not events.blind
+    finally:
+        events.close()
+
+
 def test_a_directory_ignored_no_more_is_watched_whole_again(tree):
     root, events = tree
     (root / "out").mkdir()

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from harness.pytest_plugin import LOOP_SCRIPTED
-from soak import SoakRunner
+from soak import Bounds, SoakRunner
 
 pytestmark = LOOP_SCRIPTED
 
@@ -19,11 +19,14 @@ pytestmark = LOOP_SCRIPTED
 def test_a_soak_too_short_to_check_anything_is_refused_before_it_starts(tmp_path):
     with pytest.raises(ValueError, match="drain at least 70 tasks"):
         SoakRunner(tasks=20)
+    with pytest.raises(ValueError, match="a warm-up of at least 1 task"):
+        SoakRunner(tasks=100, bounds=Bounds(warmup=0))
     command = [sys.executable, "-m", "harness", "soak", "--report", str(tmp_path / "report")]
     for args, said in [
         (["--tasks", "20"], "20 tasks check nothing: the first 50 are the warm-up"),
         (["--tasks", "0"], "must be at least 1"),
         (["--tasks", "60", "--warmup", "10", "--window", "30"], "drain at least 70 tasks"),
+        (["--tasks", "60", "--warmup", "10", "--window", "1"], "a window of 1 task has no slope"),
     ]:
         done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, done.stdout + done.stderr
