@@ -12,7 +12,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference,soak]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[dev,inference,soak]'
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -39,7 +39,7 @@ soak: $(STAMP)
 # Then every surviving mutant is hunted with a corpus of requests: one refused by the original and allowed by
 # the mutant is a refusal-to-allow survivor, and the run fails.
 mutation: $(STAMP)
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test,inference,soak,mutation]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[dev,inference,soak,mutation]'
 	rm -rf mutants
 	$(BIN)/mutmut run --max-children 2
 	$(BIN)/python tools/hunt_mutants.py --score

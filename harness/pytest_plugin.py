@@ -1,36 +1,57 @@
-"""The pytest plugin (entry point `pytest11`): markers and fixtures for loop tests.
+"""The pytest plugin (entry point `pytest11`): markers, options and fixtures for loop tests.
 
 Markers, registered with strict markers in mind:
     loop-scripted   fast, deterministic: the kernel against the scripted agent
     LoopInference   the kernel against the real local model (CPU llama.cpp)
     LoopSoak        hundreds of tasks with bounded resources (slow): deselected unless `-m` selects it
+    LoopAgent       your own ACP agent (the command `--loop-agent` or the `loop_agent` ini key names)
+    loop_workspace(files={...}, ignore=[...])   what `harness_workspace` starts with
 
 Test modules mark themselves with `pytestmark = LOOP_SCRIPTED` (the hyphen
 keeps `pytest.mark.loop-scripted` from being valid Python). Fixtures are
-thin wrappers over `harness.testing`, which works without pytest too.
+thin wrappers over `harness.testing`, which works without pytest too; it is
+imported when a fixture is first used, so that loading the plugin costs an
+unrelated test run nothing (the ACP SDK takes about a second to import).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import testing
-from ._results import RunResult
+if TYPE_CHECKING:
+    from . import testing
+    from ._results import RunResult
 
-__all__ = ["LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SOAK", "MARKERS"]
+__all__ = ["LOOP_AGENT", "LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SOAK", "MARKERS"]
 
 MARKERS = {
     "loop-scripted": "fast loop tests against the scripted ACP agent (every loop branch)",
     "LoopInference": "the kernel against the real local model on the CPU (pinned GGUF)",
     "LoopSoak": "hundreds of tasks asserting bounded memory, handles, threads and transcript size",
+    "LoopAgent": "the kernel against your own ACP agent (--loop-agent COMMAND, or the loop_agent ini key)",
+    "loop_workspace": "loop_workspace(files={path: text}, ignore=[pattern]): what harness_workspace starts with",
 }
 LOOP_SCRIPTED = getattr(pytest.mark, "loop-scripted")
 LOOP_INFERENCE = pytest.mark.LoopInference
 LOOP_SOAK = pytest.mark.LoopSoak
+LOOP_AGENT = pytest.mark.LoopAgent
+
+_NO_AGENT = (
+    "no agent to test: pass --loop-agent 'COMMAND ARGS' to pytest, or set loop_agent = \"COMMAND ARGS\" "
+    "under [tool.pytest.ini_options] (or give harness_config agent=[...])"
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("loop-harness")
+    group.addoption("--loop-agent", metavar="COMMAND", help="the ACP agent command (split like a shell does) "
+                    "that the loop_agent_command and harness_config fixtures use")  # fmt: skip
+    parser.addini("loop_agent", "the ACP agent command that --loop-agent gives on the command line", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -49,29 +70,60 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item.get_closest_marker("LoopSoak") is None]
 
 
+@pytest.fixture(name="loop_agent_command", scope="session")
+def loop_agent_command_fixture(pytestconfig: pytest.Config) -> list[str]:
+    """Your agent's command line, from `--loop-agent` or the `loop_agent` ini key; fails the test (never
+    skips it) when neither names one."""
+    text = pytestconfig.getoption("--loop-agent") or pytestconfig.getini("loop_agent")
+    command = shlex.split(str(text or ""))
+    if not command:
+        pytest.fail(_NO_AGENT, pytrace=False)
+    return command
+
+
 @pytest.fixture(name="harness_model", scope="session")
 def harness_model_fixture() -> Path:
     """The default pinned model, resolved and verified once per session (xdist-safe: a file lock).
 
     A model that cannot be resolved fails the test with the resolver's message: it is never a skip.
     """
-    from .models import ModelHashMismatch, ModelUnavailable, resolve_model
+    from .models import LockError, ModelHashMismatch, ModelUnavailable, resolve_model
 
     try:
         return resolve_model()
-    except (ModelUnavailable, ModelHashMismatch) as exc:
+    except (LockError, ModelUnavailable, ModelHashMismatch) as exc:
         pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(name="harness_workspace")
-def harness_workspace_fixture(tmp_path: Path) -> testing.Workspace:
-    """A git worktree on `main`, pushed to a bare `origin` with its upstream set."""
-    return testing.make_workspace(tmp_path / "ws")
+def harness_workspace_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> testing.Workspace:
+    """A git worktree on `main`, pushed to a bare `origin` with its upstream set; a test's
+    `@pytest.mark.loop_workspace(files={"src/a.py": "..."}, ignore=["out/"])` says what it starts with."""
+    from . import testing
+
+    marker = request.node.get_closest_marker("loop_workspace")
+    options = dict(marker.kwargs) if marker is not None else {}
+    unknown = set(options) - {"files", "ignore"}
+    if marker is not None and (marker.args or unknown):
+        pytest.fail(f"loop_workspace takes files= and ignore= only (got {marker.args or sorted(unknown)})")
+    return testing.make_workspace(tmp_path / "ws", **options)
+
+
+@pytest.fixture(name="make_harness_workspace")
+def make_harness_workspace_fixture(tmp_path: Path) -> Callable[..., testing.Workspace]:
+    """More workspaces: `make_harness_workspace("second", files={...}, ignore=[...])`."""
+    from . import testing
+
+    def make(name: str, *, files: Mapping[str, str] | None = None, ignore: Sequence[str] = ()) -> testing.Workspace:
+        return testing.make_workspace(tmp_path / name, files=files, ignore=ignore)
+
+    return make
 
 
 @pytest.fixture(name="scripted_scenario")
 def scripted_scenario_fixture(tmp_path: Path) -> Callable[..., Path]:
     """Write a scenario (a dict) for the scripted agent; returns its path."""
+    from . import testing
 
     def write(data: dict[str, Any], name: str = "scenario.yaml") -> Path:
         return testing.write_yaml(tmp_path / name, data)
@@ -82,6 +134,7 @@ def scripted_scenario_fixture(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture(name="scripted_agent")
 def scripted_agent_fixture(scripted_scenario: Callable[..., Path]) -> Callable[..., list[str]]:
     """The command line of a scripted agent playing a scenario (a dict), for any ACP client."""
+    from . import testing
 
     def command(data: dict[str, Any], name: str = "agent-scenario.yaml") -> list[str]:
         return testing.scripted_agent_command(scripted_scenario(data, name))
@@ -90,12 +143,28 @@ def scripted_agent_fixture(scripted_scenario: Callable[..., Path]) -> Callable[.
 
 
 @pytest.fixture(name="harness_config")
-def harness_config_fixture(tmp_path: Path, harness_workspace: testing.Workspace) -> Callable[..., Path]:
-    """Write a run config for the scripted agent on `scenario`; keywords as `testing.loop_config`."""
+def harness_config_fixture(
+    request: pytest.FixtureRequest, tmp_path: Path, harness_workspace: testing.Workspace
+) -> Callable[..., Path]:
+    """Write a run config on `harness_workspace` and return its path. The agent is the scripted one on
+    `scenario`, or `agent=[command...]` (or a whole `agent:` section), or else your agent from
+    `--loop-agent`; other keywords as `testing.loop_config` (tasks, rules, limits, queue, ...). Transcripts
+    go to `tmp_path/transcripts`, outside the workspace."""
+    from . import testing
 
-    def write(scenario: Path, name: str = "loop.yaml", **options: Any) -> Path:
+    def write(
+        scenario: Path | None = None,
+        name: str = "loop.yaml",
+        *,
+        agent: Sequence[str] | Mapping[str, Any] | None = None,
+        workspace: testing.Workspace | None = None,
+        **options: Any,
+    ) -> Path:
+        if scenario is None and agent is None:
+            agent = request.getfixturevalue("loop_agent_command")
         options.setdefault("transcripts", str(tmp_path / "transcripts"))
-        return testing.write_yaml(tmp_path / name, testing.loop_config(harness_workspace, scenario, **options))
+        config = testing.loop_config(workspace or harness_workspace, scenario, agent=agent, **options)
+        return testing.write_yaml(tmp_path / name, config)
 
     return write
 
@@ -103,6 +172,7 @@ def harness_config_fixture(tmp_path: Path, harness_workspace: testing.Workspace)
 @pytest.fixture(name="run_loop")
 def run_loop_fixture() -> Callable[..., RunResult]:
     """Run a config through the kernel; every run's transcript is checked complete and valid."""
+    from . import testing
 
     def run(config: Path, **options: Any) -> RunResult:
         result = testing.run_loop(config, **options)

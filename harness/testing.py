@@ -3,6 +3,7 @@
 ws = make_workspace(tmp_path)                       # a git worktree pushed to a bare origin
 scenario = write_yaml(tmp_path / "s.yaml", {...})    # a scripted agent scenario
 config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, scenario, tasks=[...]))
+config = write_yaml(tmp_path / "mine.yaml", loop_config(ws, agent=["python", "my_agent.py"]))  # any ACP agent
 result = run_loop(config)                           # RunResult: terminal, reason, tasks, transcript
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "WRITE_OUT",
     "WRITE_SRC",
     "Workspace",
+    "agent_section",
     "assert_transcript_complete",
     "assert_transcript_valid",
     "inference_agent_command",
@@ -151,8 +153,9 @@ def write_yaml(path: Path, data: Any) -> Path:
 
 def loop_config(
     workspace: Workspace | Path,
-    scenario: Path,
+    scenario: Path | None = None,
     *,
+    agent: Sequence[str] | Mapping[str, Any] | None = None,
     tasks: Sequence[Mapping[str, Any]] = ({"id": "T1", "title": "Add a greeting"},),
     rules: Sequence[Mapping[str, Any]] = DEFAULT_RULES,
     supports_permission_requests: bool = True,
@@ -161,20 +164,33 @@ def loop_config(
     commit: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """A run config as a dict: the scripted agent on `scenario`, the given tasks and rules; `commit` turns
-    on the kernel's commit after each completed task (`workspace.commit`)."""
+    """A run config as a dict: the given tasks and rules, and either the scripted agent on `scenario` or
+    `agent` (any ACP agent: its command line, or a whole `agent:` section); `commit` turns on the kernel's
+    commit after each completed task (`workspace.commit`)."""
     path = workspace.path if isinstance(workspace, Workspace) else workspace
     return {
         "workspace": str(path) if commit is None else {"path": str(path), "commit": dict(commit)},
-        "agent": {
-            "command": scripted_agent_command(scenario),
-            "supports_permission_requests": supports_permission_requests,
-        },
+        "agent": agent_section(scenario, agent, supports_permission_requests),
         "policy": {"rules": [dict(r) for r in rules]},
         "queue": {"provider": "memory", "tasks": [dict(t) for t in tasks], **(queue or {})},
         "limits": {"turn_timeout_s": 20, "cancel_grace_s": 1, **(limits or {})},
         **extra,
     }
+
+
+def agent_section(
+    scenario: Path | None,
+    agent: Sequence[str] | Mapping[str, Any] | None = None,
+    supports_permission_requests: bool = True,
+) -> dict[str, Any]:
+    """The config's `agent:` section for the scripted agent on `scenario`, or for `agent` (a command line or
+    a section of its own, which is taken as it is)."""
+    if (scenario is None) == (agent is None):
+        raise TypeError("name exactly one agent: a scripted scenario, or agent=[command...] for any ACP agent")
+    if isinstance(agent, Mapping):
+        return dict(agent)
+    command = scripted_agent_command(scenario) if scenario is not None else [str(a) for a in agent or ()]
+    return {"command": command, "supports_permission_requests": supports_permission_requests}
 
 
 def run_loop(

@@ -14,7 +14,8 @@ import pytest
 from harness import testing
 
 #: Fixtures that start a workspace, an agent or the kernel: the tests that use one are not judging-only.
-_RUNS_THE_KERNEL = frozenset({"run_loop", "harness_workspace", "scripted_scenario", "scripted_agent", "harness_config"})
+_RUNS_THE_KERNEL = frozenset({"run_loop", "harness_workspace", "make_harness_workspace", "scripted_scenario",
+                              "scripted_agent", "harness_config", "loop_agent_command"})  # fmt: skip
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

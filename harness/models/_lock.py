@@ -74,12 +74,14 @@ class ModelLock:
 
 
 def find_lock_file() -> Path:
-    """$LOOP_HARNESS_MODELS_LOCK, else ./models.lock, else the one beside the harness package."""
-    candidates = [os.environ.get("LOOP_HARNESS_MODELS_LOCK"), "models.lock", Path(__file__).parents[2] / "models.lock"]
+    """$LOOP_HARNESS_MODELS_LOCK, else ./models.lock (a project's own lock wins), else the one shipped in the
+    package (in the repository, a link to the root `models.lock`)."""
+    candidates = [os.environ.get("LOOP_HARNESS_MODELS_LOCK"), "models.lock", Path(__file__).with_name("models.lock")]
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             return Path(candidate).resolve()
-    raise LockError("no models.lock found (set LOOP_HARNESS_MODELS_LOCK or run from the project root)")
+    raise LockError("no models.lock found: set LOOP_HARNESS_MODELS_LOCK, put one in the current directory, "
+                    "or reinstall loop-harness (its package ships one)")
 
 
 def _entry(name: str, spec: dict[str, Any], path: Path) -> ModelEntry:

@@ -39,3 +39,77 @@ def test_soak_runs_only_when_an_expression_names_it(pytester, args, selected):
     result = pytester.runpytest("--collect-only", "-q", *args)  # the plugin loads by its entry point
     collected = [line.split("::")[-1] for line in result.outlines if "::" in line]
     assert collected == selected
+
+
+MY_AGENT_TESTS = """
+import pytest
+from harness import Terminal
+
+pytestmark = pytest.mark.LoopAgent
+
+
+@pytest.mark.loop_workspace(files={"src/app.py": "print('hi')\\n"}, ignore=["out/"])
+def test_my_agent(harness_config, harness_workspace, run_loop):
+    assert (harness_workspace.path / "src" / "app.py").read_text() == "print('hi')\\n"
+    assert (harness_workspace.path / ".gitignore").read_text() == "out/\\n"
+    result = run_loop(harness_config(tasks=[{"id": "T1", "title": "Write a greeting"}]))
+    assert result.terminal is Terminal.IDLE, result.reason
+    assert (harness_workspace.path / "src" / "hello.txt").read_text() == "hello\\n"
+"""
+
+
+def _agent_scenario(pytester) -> str:
+    """A scripted agent that writes src/hello.txt (after asking) and commits it: any agent, to the fixtures."""
+    from harness import testing
+    from scripted_agents.presets import scenario, write_turn
+
+    path = testing.write_yaml(pytester.path / "agent.yaml", scenario({"T1": [write_turn("src/hello.txt", "hello\n",
+                                                                                          commit="T1")]}))  # fmt: skip
+    return " ".join(testing.scripted_agent_command(path))
+
+
+@pytest.mark.parametrize("where", ["option", "ini"])
+def test_the_fixtures_run_the_agent_that_loop_agent_names(pytester, where):
+    pytester.makepyfile(test_mine=MY_AGENT_TESTS)
+    command = _agent_scenario(pytester)
+    if where == "ini":
+        pytester.makeini(f"[pytest]\nloop_agent = {command}\n")
+        result = pytester.runpytest_subprocess("-m", "LoopAgent", "-p", "no:cacheprovider")
+    else:
+        result = pytester.runpytest_subprocess("-m", "LoopAgent", "--loop-agent", command, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_a_test_of_your_agent_fails_when_no_agent_is_named(pytester):
+    pytester.makepyfile(test_mine=MY_AGENT_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)  # never a skip or a pass
+    result.stdout.fnmatch_lines(["*no agent to test: pass --loop-agent*"])
+
+
+def test_loop_workspace_refuses_what_it_does_not_know(pytester):
+    pytester.makepyfile(
+        test_bad="""
+import pytest
+
+@pytest.mark.loop_workspace(file={"a": "b"})
+def test_it(harness_workspace): pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*loop_workspace takes files= and ignore= only*"])
+
+
+def test_loading_the_plugin_does_not_import_the_kernel(pytester):
+    """An unrelated test in a project that installs loop-harness does not pay for the ACP SDK's import."""
+    pytester.makepyfile(
+        test_plain="""
+import sys
+
+def test_plain():
+    assert "harness.pytest_plugin" in sys.modules
+    assert "acp" not in sys.modules and "harness._kernel" not in sys.modules, sorted(sys.modules)
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
