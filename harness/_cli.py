@@ -4,6 +4,7 @@
     loop-harness bench kernel [--tasks N] [--sandbox]
     loop-harness bench changes
     loop-harness limits CONFIG.yaml [--json]
+    loop-harness check [--json] -- AGENT_COMMAND...
 
 Exit status of `run`: 0 when the run ends `Idle` or `Completed`, 1 for any
 other terminal, 2 for a config that cannot be used (the message names the key).
@@ -23,6 +24,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._check_cli import register as register_check
 from ._config import load_config
 from ._exceptions import ConfigError
 
@@ -124,6 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, help="rounds; medians are reported (default: kernel 3, inference 5)")
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.add_argument("--sandbox", action="store_true", help="kernel: the OS sandbox on vs off, and a terminal's cost")
+
+    register_check(commands)
 
     # Commands from other packages (the soak's `soak`): each registers its own parser and handler, so
     # the kernel's CLI imports none of them.

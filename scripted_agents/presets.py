@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["commit_step", "scenario", "turn", "write_turn"]
+__all__ = ["commit_step", "conformant", "scenario", "turn", "write_turn"]
 
 
 def turn(*steps: dict[str, Any], stop: str = "end_turn", **options: Any) -> dict[str, Any]:
@@ -51,3 +51,15 @@ def scenario(by_task: dict[str | None, list[dict[str, Any]]], **top: Any) -> dic
             entry["id"] = task_id
         tasks.append(entry)
     return {"tasks": tasks, **top}
+
+
+def conformant(**top: Any) -> dict[str, Any]:
+    """A scenario that passes `loop-harness check`: asked to create out/check.txt it asks, then writes it
+    through the client (and stops if refused); to anything else it answers one sentence."""
+    return {
+        "tasks": [
+            {"prompt_contains": "out/check.txt", "turns": [write_turn("out/check.txt", "check\n")]},
+            {"turns": [turn({"message": "ready"})]},
+        ],
+        **top,
+    }

@@ -12,14 +12,12 @@ window, so a broken bound stops the soak early with an error that names it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import os
 import tempfile
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +25,7 @@ from typing import Any, TypeVar
 import psutil
 
 from harness import Kernel, Task, Terminal, parse_config
+from harness._process_tree import what_the_agent_holds
 from harness.testing import (
     DEMO_TASKS,
     OUT_RULES,
@@ -62,6 +61,9 @@ __all__ = ["SoakResult", "SoakRunner"]
 
 _C = TypeVar("_C", bound=ExactCounters)
 
+SCRIPTED_TASK = "Write out/result.txt and read it back."
+#: What any other agent is asked each task: a file under out/, which git ignores and the policy lets it write.
+COMMAND_TASK = "Create the file out/result.txt containing the word result."
 RULES = [*OUT_RULES, {"id": "git-status", "kind": "execute", "commands": ["git status*"], "decision": "allow"}]
 INFERENCE_RULES = [*RULES, {"id": "write-any", "kind": "write", "paths": ["**"], "decision": "allow"}]
 
@@ -105,14 +107,19 @@ class SoakResult:
 
 
 class SoakRunner:
-    """`SoakRunner(tasks=500).run()` -> SoakResult; `inject=("fd",)` leaks on purpose."""
+    """`SoakRunner(tasks=500).run()` -> SoakResult; `inject=("fd",)` leaks on purpose.
+
+    `agent` is `scripted`, `inference`, or any ACP agent's command line (a list): `SoakRunner(agent=["python",
+    "my_agent.py"])`. Every task asks for the same file under `out/` (ignored by git), which the policy lets
+    the agent write; `agent_env` is passed to it."""
 
     def __init__(
         self,
         *,
         tasks: int = 500,
         mode: str = "shared",
-        agent: str = "scripted",
+        agent: str | Sequence[str] = "scripted",
+        agent_env: Mapping[str, str] | None = None,
         bounds: Bounds | None = None,
         inject: tuple[str, ...] = (),
         workdir: Path | None = None,
@@ -121,11 +128,15 @@ class SoakRunner:
     ) -> None:
         if mode not in ("shared", "per-task"):
             raise ValueError(f"mode must be 'shared' or 'per-task' (got {mode!r})")
-        if agent not in ("scripted", "inference"):
-            raise ValueError(f"agent must be 'scripted' or 'inference' (got {agent!r})")
+        if isinstance(agent, str) and agent not in ("scripted", "inference"):
+            raise ValueError(f"agent must be 'scripted', 'inference' or a command line as a list (got {agent!r})")
+        if not isinstance(agent, str) and not agent:
+            raise ValueError("the agent's command line is empty")
         self.tasks = tasks
         self.mode = mode
-        self.agent_kind = agent
+        self.agent_command = None if isinstance(agent, str) else [str(part) for part in agent]
+        self.agent_kind = agent if isinstance(agent, str) else "command"
+        self.agent_env = dict(agent_env or {})
         bounds = bounds or Bounds()
         # The window is fixed by the planned run, not by how far it has got: a check half-way through
         # must judge the same windows as the last one (a 10-task window turned one set resize into a leak).
@@ -182,7 +193,7 @@ class SoakRunner:
         # ignored and writes go anywhere, so a wrong file name does not end the run before its 30 tasks.
         everything_but_ours = ["/*", "!/README.md", "!/.gitignore"]
         workspace = make_workspace(
-            root / "ws", ignore=["out/"] if self.agent_kind == "scripted" else everything_but_ours
+            root / "ws", ignore=everything_but_ours if self.agent_kind == "inference" else ["out/"]
         )
         grow = "transcript" in self.injector.kinds
         self._started = time.monotonic()
@@ -206,7 +217,9 @@ class SoakRunner:
         self._finish()
 
     def _config(self, root: Path, workspace: Path, grow: bool, index: int) -> Any:
-        if self.agent_kind == "scripted":
+        if self.agent_command is not None:
+            agent = {"command": self.agent_command, "supports_permission_requests": True, "env": self.agent_env}
+        elif self.agent_kind == "scripted":
             turn = scripted_turn(grow, self.injector.agent_leaks)
             scenario = write_yaml(root / "scenario.yaml", {"tasks": [{"turns": [turn]}]})
             agent = {"command": scripted_agent_command(scenario), "supports_permission_requests": True}
@@ -216,7 +229,7 @@ class SoakRunner:
         data = {
             "workspace": str(workspace),
             "agent": agent,
-            "policy": {"rules": RULES if self.agent_kind == "scripted" else INFERENCE_RULES},
+            "policy": {"rules": INFERENCE_RULES if self.agent_kind == "inference" else RULES},
             "limits": {"max_iterations": 4, "turn_timeout_s": 300, "cancel_grace_s": 30},
             "transcripts": str(root / "transcripts"),
         }
@@ -226,7 +239,7 @@ class SoakRunner:
         if self.agent_kind == "inference":
             demo = DEMO_TASKS[index % len(DEMO_TASKS)]  # the ones the pinned model completes
             return Task(f"T{index + 1}", demo["title"], demo["body"])
-        return Task(f"T{index + 1}", f"soak task {index + 1}", "Write out/result.txt and read it back.")
+        return Task(f"T{index + 1}", f"soak task {index + 1}", COMMAND_TASK if self.agent_command else SCRIPTED_TASK)
 
     def _observe(self, record: dict[str, Any]) -> None:
         kind = record["type"]
@@ -276,7 +289,7 @@ class SoakRunner:
                 await self._check_exact("kernel", kernel_counters, self._baseline, done, _what_is_open)
                 if agent is not None and self._agent_baseline is not None:
                     await self._check_exact("agent", lambda: agent_counters(agent), self._agent_baseline, done,
-                                            lambda resource: _what_the_agent_holds(agent, resource))  # fmt: skip
+                                            lambda resource: what_the_agent_holds(agent, resource))  # fmt: skip
             if done > self.bounds.warmup and (done - self.bounds.warmup) % self.bounds.window_for(done) == 0:
                 self._check_memory_and_transcript()
         except SoakError as error:
@@ -375,31 +388,6 @@ class _SoakQueue:
 
     async def aclose(self) -> None:
         return None
-
-
-def _what_the_agent_holds(agent: psutil.Process, resource: str) -> list[str]:
-    """What the agent tree holds of `resource` now (as `_what_is_open` says for the kernel)."""
-    try:
-        tree = [agent, *agent.children(recursive=True)]
-        if resource == "fds":  # every descriptor, not psutil's regular files only (a leaked pipe counts too)
-            return [line for p in tree for line in _descriptors(p.pid)]
-        if resource == "threads":
-            return [f"pid {p.pid} ({p.name()}): {p.num_threads()} threads" for p in tree]
-        if resource == "children":
-            return [" ".join(p.cmdline()) for p in tree[1:] if p.status() != psutil.STATUS_ZOMBIE]
-    except psutil.Error as exc:
-        return [f"cannot look: {exc}"]
-    return []
-
-
-def _descriptors(pid: int) -> list[str]:
-    """`pid N fd K: target` for each of a process's open descriptors (Linux's /proc)."""
-    lines = []
-    with contextlib.suppress(OSError):
-        for fd in sorted(os.listdir(f"/proc/{pid}/fd"), key=int):
-            with contextlib.suppress(OSError):
-                lines.append(f"pid {pid} fd {fd}: {os.readlink(f'/proc/{pid}/fd/{fd}')}")
-    return lines
 
 
 def _what_is_open(resource: str) -> list[str]:

@@ -7,10 +7,12 @@ import threading
 import time
 import tracemalloc
 from array import array
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import psutil
+
+from harness._process_tree import AgentCounters, ExactCounters, agent_counters, agent_tree, live_children
 
 __all__ = [
     "MISSING",
@@ -26,15 +28,6 @@ __all__ = [
 ]
 
 
-class ExactCounters:
-    """Counters that must come back exactly to their baseline at a quiet point."""
-
-    def diff(self, baseline: ExactCounters) -> dict[str, tuple[int, int]]:
-        """{resource: (baseline, now)} for every counter that differs."""
-        mine, theirs = asdict(self), asdict(baseline)  # type: ignore[call-overload]
-        return {k: (theirs[k], mine[k]) for k in mine if mine[k] != theirs[k]}
-
-
 @dataclass(frozen=True)
 class Counters(ExactCounters):
     """The kernel process's."""
@@ -43,15 +36,6 @@ class Counters(ExactCounters):
     threads: int  # native threads of the kernel process
     python_threads: int
     children: int  # live (non-zombie) descendants
-
-
-@dataclass(frozen=True)
-class AgentCounters(ExactCounters):
-    """The agent's, with everything below it (under the sandbox: bwrap, the agent, its network bridge)."""
-
-    fds: int
-    threads: int
-    children: int  # live (non-zombie) descendants of the process the kernel started
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +100,7 @@ def kernel_counters(process: psutil.Process | None = None) -> Counters:
         fds=process.num_fds(),
         threads=process.num_threads(),
         python_threads=threading.active_count(),
-        children=len(_live_children(process)),
+        children=len(live_children(process)),
     )
 
 
@@ -136,38 +120,3 @@ def take_sample(
     traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
     return (task, time.monotonic() - started, memory.rss, memory.uss, counters.fds, counters.threads,
             counters.children, traced, agent_rss, agent_fds, agent_threads, transcript_bytes)  # fmt: skip
-
-
-def agent_tree(agent: psutil.Process) -> tuple[int, int, int]:
-    """RSS, fds and threads of the agent with everything below it: under the OS sandbox the kernel starts
-    bwrap, which starts the agent (and a network bridge) in a pid namespace of its own."""
-    rss = fds = threads = 0
-    for process in (agent, *agent.children(recursive=True)):
-        try:
-            with process.oneshot():
-                rss, fds, threads = (
-                    rss + process.memory_info().rss,
-                    fds + process.num_fds(),
-                    threads + process.num_threads(),
-                )
-        except psutil.NoSuchProcess:
-            if process is agent:
-                raise
-    return rss, fds, threads
-
-
-def agent_counters(agent: psutil.Process) -> AgentCounters:
-    """The agent tree's counters (psutil.NoSuchProcess when the agent is gone)."""
-    _rss, fds, threads = agent_tree(agent)
-    return AgentCounters(fds=fds, threads=threads, children=len(_live_children(agent)))
-
-
-def _live_children(process: psutil.Process) -> list[psutil.Process]:
-    live = []
-    for child in process.children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                live.append(child)
-        except psutil.NoSuchProcess:
-            continue
-    return live

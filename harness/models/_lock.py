@@ -80,8 +80,10 @@ def find_lock_file() -> Path:
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             return Path(candidate).resolve()
-    raise LockError("no models.lock found: set LOOP_HARNESS_MODELS_LOCK, put one in the current directory, "
-                    "or reinstall loop-harness (its package ships one)")
+    raise LockError(
+        "no models.lock found: set LOOP_HARNESS_MODELS_LOCK, put one in the current directory, "
+        "or reinstall loop-harness (its package ships one)"
+    )
 
 
 def _entry(name: str, spec: dict[str, Any], path: Path) -> ModelEntry:

@@ -1,0 +1,124 @@
+"""`loop-harness check -- AGENT...`: a conformant agent passes every check, and each deliberate break of an
+invariant fails that invariant's check, naming the evidence (through the real CLI, as CI would run it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import testing
+from harness._conformance import CHECKS
+from harness.pytest_plugin import LOOP_SCRIPTED
+from scripted_agents.presets import conformant, turn, write_turn
+
+pytestmark = LOOP_SCRIPTED
+
+ASK = {"tool_call": {"id": "c1", "title": "Write out/check.txt", "kind": "edit", "locations": ["out/check.txt"],
+                     "permission": True}}  # fmt: skip
+WRITE = {"write": {"path": "out/check.txt", "content": "check\n"}}
+
+
+def check(tmp_path, scenario, *options: str, wrap: str = "") -> tuple[int, dict, str]:
+    """Run the check on the scripted agent playing `scenario` (`wrap`: a bash script around it, `$AGENT`)."""
+    path = testing.write_yaml(tmp_path / "agent.yaml", scenario)
+    agent = " ".join(testing.scripted_agent_command(path))
+    command = ["bash", "-c", wrap.replace("$AGENT", agent)] if wrap else agent.split()
+    argv = [sys.executable, "-m", "harness", "check", "--json", "--keep", str(tmp_path / "evidence"), *options,
+            "--", *command]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    lines = done.stdout.strip().splitlines()
+    return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr
+
+
+def statuses(report: dict) -> dict[str, str]:
+    return {c["check"]: c["status"] for c in report["checks"]}
+
+
+def write_task(*steps, **options) -> dict:
+    """The conformant agent, but doing `steps` when asked to create out/check.txt."""
+    return {"tasks": [{"prompt_contains": "out/check.txt", "turns": [turn(*steps, **options)]},
+                      {"turns": [turn({"message": "ready"})]}]}  # fmt: skip
+
+
+def test_a_conformant_agent_passes_every_check(tmp_path):
+    code, report, stderr = check(tmp_path, conformant())
+    assert code == 0, stderr
+    assert report["passed"] is True
+    assert statuses(report) == dict.fromkeys(CHECKS, "pass")
+    assert "ACP conformance" in stderr and "bounded-resources" in stderr  # the table, on stderr
+    evidence = {c["check"]: c["evidence"] for c in report["checks"]}
+    assert evidence["cancel-honoured"].endswith("(sent on its permission request)")
+    assert evidence["permission-before-effect"] == "asked, then changed out/check.txt"
+
+
+BREAKS = {
+    "stdout-json-rpc": (
+        {"tasks": [{"prompt_contains": "out/check.txt", "turns": [write_turn("out/check.txt", "check\n")]},
+                   {"turns": [turn({"garbage": "Loading model..."}, {"message": "ready"})]}]},
+        (), "not JSON",
+    ),
+    "initialize": ({**conformant(), "startup": [{"sleep": 3}]}, ("--startup-timeout", "1"), "no answer to initialize"),
+    "permission-before-effect": (
+        write_task({"tool_call": {**ASK["tool_call"], "permission": False}}, WRITE), (),
+        "fs/write_text_file", ),
+    "refusal-honoured": (
+        write_task({"tool_call": {**ASK["tool_call"], "permission": {"on_reject": "continue"}}}, WRITE), (),
+        "after its permission was refused",
+    ),
+    "cancel-honoured": (
+        write_task({"message": "thinking"}, {"sleep": 2}, WRITE, cancel_stop_reason="end_turn"), ("--sessions", "4"),
+        "answered the cancelled prompt with 'end_turn', not 'cancelled'",
+    ),
+    # Without the sandbox (whose pid namespace ends everything with the agent), a daemon it started lives on.
+    "exit-on-eof": (
+        {"tasks": [{"prompt_contains": "out/check.txt", "turns": [write_turn("out/check.txt", "check\n")]},
+                   {"turns": [turn({"spawn_child": {"setsid": True, "seconds": 300}}, {"message": "ready"})]}]},
+        ("--sandbox", "off"), "still running after it exited",
+    ),
+    # An agent whose process goes on after its stdin closed (here a wrapper that sleeps on).
+    "exit-on-eof/stays": (conformant(), ("--cancel-grace", "1", "--sessions", "4"), "did not exit within 1 s"),
+    "bounded-resources": (
+        write_task(*write_turn("out/check.txt", "check\n")["steps"], {"leak": "fd"}), ("--sessions", "6"),
+        "fds ",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("broken", list(BREAKS))
+def test_each_break_fails_its_own_check(tmp_path, broken):
+    scenario, options, evidence = BREAKS[broken]
+    wrap = "$AGENT; sleep 30" if broken.endswith("/stays") else ""
+    code, report, stderr = check(tmp_path, scenario, *options, wrap=wrap)
+    broken = broken.split("/")[0]
+    assert code == 1, stderr
+    assert report["passed"] is False
+    failed = {c["check"]: c for c in report["checks"] if c["status"] == "fail"}
+    assert broken in failed, statuses(report)
+    assert evidence in failed[broken]["evidence"], failed[broken]
+    assert all(path.startswith(str(tmp_path / "evidence")) for path in failed[broken]["transcripts"])
+    for path in failed[broken]["transcripts"]:
+        testing.assert_transcript_valid(Path(path))  # the evidence is a whole transcript
+
+
+def test_an_agent_that_never_asks_is_not_exercised_and_strict_fails_it(tmp_path):
+    never = write_task({"message": "I will not do that"})
+    code, report, _ = check(tmp_path, never, "--sessions", "4")
+    assert statuses(report)["permission-before-effect"] == "not exercised"
+    assert statuses(report)["refusal-honoured"] == "not exercised"
+    assert code == (1 if "fail" in statuses(report).values() else 0)
+    strict, _, _ = check(tmp_path, never, "--sessions", "4", "--strict")
+    assert strict == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["check"], "name the agent after --"), (["check", "--env", "X", "--", "true"], "is not NAME=VALUE"),
+     (["check", "--sessions", "2", "--", "true"], "sessions must be at least 4")],
+)  # fmt: skip
+def test_a_check_that_cannot_run_says_why(argv, message):
+    done = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
