@@ -8,6 +8,7 @@ directory of the config file.
 from __future__ import annotations
 
 import collections
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -21,6 +22,7 @@ from ._exceptions import ConfigError
 from ._limits import DEFAULTS, AutonomyConfig, ResolvedAutonomy, resolve_autonomy
 
 __all__ = [
+    "NO_QUEUE",
     "AgentConfig",
     "CommitConfig",
     "Config",
@@ -34,6 +36,7 @@ __all__ = [
     "SandboxConfig",
     "TaskConfig",
     "Trigger",
+    "check_transcripts_outside",
     "load_config",
     "parse_config",
 ]
@@ -306,6 +309,12 @@ class Config(_Strict):
     source: Path | None = None
     role_source: Path | None = None
 
+    @property
+    def queue_written(self) -> bool:
+        """Whether the config has a `queue:` section. Without one the queue is an empty memory queue: a
+        `--prompt` run needs no queue, but draining that one would end Idle having done nothing."""
+        return "queue" in self.model_fields_set
+
     def resolved_limits(self) -> dict[str, Any]:
         """Every budget and stall key with its value and source, and the warnings: what `loop-harness limits`
         prints and the run's first transcript record carries."""
@@ -319,6 +328,12 @@ class Config(_Strict):
             values[f"autonomy.{key}"], sources[f"autonomy.{key}"] = value, source
         return {"values": values, "sources": sources, "warnings": list(self.autonomy_warnings)}
 
+
+#: The `queue` ConfigError of a run that would drain a queue the config never wrote (`Kernel.run`).
+NO_QUEUE = (
+    "the config has no queue section, so this run would drain nothing and end Idle: add a queue: section "
+    "(provider: memory with tasks, or github), or pass --prompt TEXT to run a single prompt"
+)
 
 _LIMIT_KEYS = ("max_iterations", "turn_timeout_s")  # the limits `loop-harness limits` shows beside the budgets
 
@@ -366,6 +381,8 @@ def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Co
         raise ConfigError(key, error["msg"]) from None
     if not config.workspace.is_dir():
         raise ConfigError("workspace", f"{config.workspace} is not a directory")
+    if config.transcripts is not None:
+        check_transcripts_outside(config.workspace, config.transcripts)
     resolved = resolve_autonomy(
         autonomy, max_iterations=config.limits.max_iterations, turn_timeout_s=config.limits.turn_timeout_s
     )
@@ -374,6 +391,29 @@ def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Co
     update = {"autonomy": resolved.config, "autonomy_sources": {**dict(resolved.sources), **sources},
               "autonomy_warnings": list(resolved.warnings)}  # fmt: skip
     return config.model_copy(update=update)
+
+
+def check_transcripts_outside(workspace: Path, transcripts: Path, key: str = "transcripts") -> None:
+    """The transcripts directory is outside the worktree: inside, each run's transcript dirties the tree, and
+    an agent allowed to write there could rewrite the record of its own run. Both paths are resolved first
+    (`~`, `..`, symlinks), and an existing ancestor that is the worktree itself (a bind mount) counts too."""
+    worktree = workspace.expanduser().resolve()
+    target = transcripts.expanduser().resolve()
+    if not (target.is_relative_to(worktree) or any(_same_dir(a, worktree) for a in (target, *target.parents))):
+        return
+    raise ConfigError(
+        key,
+        f"{target} is inside the workspace {worktree}: each run's transcript would dirty the worktree and "
+        f"an agent allowed to write there could rewrite the record of its own run; put the transcripts "
+        f"directory outside the worktree, e.g. beside it: transcripts: {worktree.parent / 'transcripts'}",
+    )
+
+
+def _same_dir(path: Path, directory: Path) -> bool:
+    try:
+        return os.path.samefile(path, directory)
+    except OSError:  # not there (yet), or not ours to look at
+        return False
 
 
 def load_config(path: str | Path) -> Config:

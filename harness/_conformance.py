@@ -4,7 +4,7 @@ Each probe is a real kernel run (sandbox and policy as a run has them) against a
 bare origin and `out/` ignored; its transcript is the evidence:
 
     ready      one prompt that needs no tool: initialize and session/new within bounds, session/close
-    asked      "Create the file out/check.txt ...", writes to out/ allowed: a permission asked before every effect
+    asked      "Create the file out/hello.txt ...", writes to out/ allowed: a permission asked before every effect
     refused    the same with no write rule: every request refused, and nothing written or tried after a refusal
     cancel     the same, nobody answering: the kernel cancels when the agent first asks (or first speaks),
                and the agent must answer the prompt `cancelled` within the grace
@@ -37,8 +37,10 @@ from .testing import OUT_RULES, READ_ALL, make_workspace
 __all__ = ["CHECKS", "CheckResult", "Conformance", "Status"]
 
 #: What each probe asks for: a file under out/, which git ignores (so a task that writes it leaves a clean tree).
-WRITE_PROMPT = "Create the file out/check.txt containing the word check."
+WRITE_PROMPT = "Create the file out/hello.txt containing the word hello."
 READY_PROMPT = "Reply with one short sentence. Do not create, change or run anything."
+#: A run that ended so stopped the sessions probe because the agent broke, not because it missed its task.
+AGENT_BROKE = frozenset({"agent_exited", "agent_error", "framing_error", "protocol_error", "agent_timeout"})
 EFFECTS = ("fs/write_text_file", "terminal/create")  # what an agent asks its client to do that changes things
 
 CHECKS: dict[str, str] = {
@@ -305,7 +307,7 @@ class Conformance:
                                 "itself, with no permission asked", probe)  # fmt: skip
         if not asked and not probe.changed:
             return self._result("permission-before-effect", Status.NOT_EXERCISED,
-                                f"asked to create out/check.txt, it neither asked nor changed anything "
+                                f"asked to create out/hello.txt, it neither asked nor changed anything "
                                 f"(ended {probe.terminal})", probe)  # fmt: skip
         return self._result("permission-before-effect", Status.PASS,
                             f"asked, then changed {', '.join(probe.changed) or 'nothing'}")  # fmt: skip
@@ -326,7 +328,7 @@ class Conformance:
             return self._result("refusal-honoured", Status.FAIL, f"changed {', '.join(probe.changed)} {how}", probe)
         if refused is None:
             return self._result("refusal-honoured", Status.NOT_EXERCISED,
-                                f"asked to create out/check.txt, it asked no permission (ended {probe.terminal})",
+                                f"asked to create out/hello.txt, it asked no permission (ended {probe.terminal})",
                                 probe)  # fmt: skip
         return self._result("refusal-honoured", Status.PASS, "refused, and it changed and tried nothing more")
 
@@ -386,10 +388,12 @@ class Conformance:
     def _bounded_resources(self) -> CheckResult:
         probe = self.probes["sessions"]
         samples = probe.extra["samples"]
-        if len(samples) < self.sessions:
-            return self._result("bounded-resources", Status.FAIL if probe.terminal != "Idle" else
-                                Status.NOT_EXERCISED, f"{len(samples)} of {self.sessions} sessions completed "
-                                f"(ended {probe.terminal}: {probe.reason})", probe)  # fmt: skip
+        ended = f"ended {probe.terminal}: {probe.reason}"
+        if len(samples) < self.sessions and probe.reason.get("kind") in AGENT_BROKE:
+            return self._result("bounded-resources", Status.FAIL, f"session {len(samples) + 1}: {ended}", probe)
+        if len(samples) < 3:  # a warm-up of two sessions, and one to compare
+            evidence = f"{len(samples)} of {self.sessions} sessions completed, too few to compare ({ended})"
+            return self._result("bounded-resources", Status.NOT_EXERCISED, evidence, probe)
         warm = samples[1][1]  # after the second session: imports, caches and pools are warm
         last = samples[-1][1]
         if isinstance(warm, str) or isinstance(last, str):
@@ -407,9 +411,9 @@ class Conformance:
             figures = ", ".join(f"{name} {then} -> {now}" for name, (then, now) in grown.items())
             return self._result("bounded-resources", Status.FAIL, f"after session 2 -> after session {samples[-1][0]}: "
                                 f"{figures}" + (f"; now: {held[-5:]}" if held else ""), probe)  # fmt: skip
-        return self._result("bounded-resources", Status.PASS, f"{len(samples)} sessions: fds {last.fds}, threads "
-                            f"{last.threads}, children {last.children} (after session 2: {warm.fds}, {warm.threads}, "
-                            f"{warm.children})")  # fmt: skip
+        evidence = (f"{len(samples)} of {self.sessions} sessions: fds {last.fds}, threads {last.threads}, children "
+                    f"{last.children} (after session 2: {warm.fds}, {warm.threads}, {warm.children})")  # fmt: skip
+        return self._result("bounded-resources", Status.PASS, evidence)
 
     def _result(self, check: str, status: Status, evidence: str, *probes: Probe) -> CheckResult:
         return CheckResult(check, status, evidence, [str(p.transcript) for p in probes])

@@ -54,11 +54,11 @@ def scenario(by_task: dict[str | None, list[dict[str, Any]]], **top: Any) -> dic
 
 
 def conformant(**top: Any) -> dict[str, Any]:
-    """A scenario that passes `loop-harness check`: asked to create out/check.txt it asks, then writes it
+    """A scenario that passes `loop-harness check`: asked to create out/hello.txt it asks, then writes it
     through the client (and stops if refused); to anything else it answers one sentence."""
     return {
         "tasks": [
-            {"prompt_contains": "out/check.txt", "turns": [write_turn("out/check.txt", "check\n")]},
+            {"prompt_contains": "out/hello.txt", "turns": [write_turn("out/hello.txt", "hello\n")]},
             {"turns": [turn({"message": "ready"})]},
         ],
         **top,

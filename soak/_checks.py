@@ -11,8 +11,10 @@ Bounds (class attributes, overridable per soak, like psleak's):
     baseline at quiet points (every `quiet_every` tasks), after up to `settle_retries` retries
     20 ms apart with a garbage collection each (a goleak/CPython-style settle loop);
   - memory is judged by the least-squares slope over consecutive windows after the warm-up: it
-    fails only when two consecutive windows break the slope limit (one noisy window does not),
-    plus hard ceilings on growth after the warm-up and on the peak;
+    fails only when two consecutive windows break the slope limit (one noisy window does not) and,
+    for a process's memory (RSS, USS), the two together grew more than `memory_floor`: the allocator
+    takes memory in steps (a 1 MiB obmalloc arena, a heap extension), which a short window reads as a
+    steep slope; plus hard ceilings on growth after the warm-up and on the peak;
   - the transcript must stay a constant size per task: the mean bytes per task of two
     consecutive windows may not exceed the warm-up's by more than `transcript_growth`.
 """
@@ -80,6 +82,7 @@ class Bounds:
     kernel_peak_ceiling: float = 150 * MIB
     agent_rss_slope: float = 64 * KIB
     agent_growth_ceiling: float = 64 * MIB
+    memory_floor: float = 1 * MIB  # two windows of RSS/USS must together grow more than this to count
     transcript_growth: float = 0.25  # allowed growth of the mean bytes per task
 
     def with_overrides(self, **overrides: Any) -> Bounds:
@@ -124,9 +127,17 @@ def window_slices(tasks: int, bounds: Bounds) -> list[slice]:
 
 
 def check_memory(
-    table: SampleTable, bounds: Bounds, *, metric: str, limit: float, ceiling: float, peak: float | None = None
+    table: SampleTable,
+    bounds: Bounds,
+    *,
+    metric: str,
+    limit: float,
+    ceiling: float,
+    peak: float | None = None,
+    floor: float = 0.0,
 ) -> dict[str, Any]:
-    """Raise MemoryGrowthError when `metric` breaks its bounds; return the figures otherwise."""
+    """Raise MemoryGrowthError when `metric` breaks its bounds; return the figures otherwise. `floor`: two
+    windows that break the slope limit count only when they also grew more than this between them."""
     values = table.column(metric)
     if len(values) <= bounds.warmup or values[-1] == MISSING:
         return {"metric": metric, "checked": False}
@@ -143,16 +154,20 @@ def check_memory(
         "limit": limit,
         "growth_ceiling": ceiling,
         "peak_ceiling": peak,
+        "floor": floor,
     }
 
     def broken(message: str) -> MemoryGrowthError:
         return MemoryGrowthError(metric, message, baseline=after[0], final=after[-1], extras=figures)
 
-    for first, second in itertools.pairwise(slopes):
-        if first > limit and second > limit:
+    windows = window_slices(len(values), bounds)
+    for (first, second), (w1, w2) in zip(itertools.pairwise(slopes), itertools.pairwise(windows), strict=True):
+        grew = max(values[w2]) - min(values[w1])
+        if first > limit and second > limit and grew > floor:
             raise broken(
                 f"kept growing: slope {first / KIB:.1f} then {second / KIB:.1f} KiB/task in consecutive windows "
-                f"(limit {limit / KIB:.1f}); baseline {_mib(after[0])}, final {_mib(after[-1])}"
+                f"(limit {limit / KIB:.1f}), {_mib(grew)} between them (floor {_mib(floor)}); baseline "
+                f"{_mib(after[0])}, final {_mib(after[-1])}"
             )
     if max(after) - after[0] > ceiling:
         raise broken(

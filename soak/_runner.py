@@ -331,16 +331,16 @@ class SoakRunner:
 
     def _check_memory_and_transcript(self) -> None:
         b = self.bounds
-        checks = [
-            ("kernel_rss", b.kernel_rss_slope, b.kernel_growth_ceiling, b.kernel_peak_ceiling),
-            ("kernel_uss", b.kernel_uss_slope, b.kernel_growth_ceiling, None),
-            ("tracemalloc_current", b.tracemalloc_slope, b.kernel_growth_ceiling, None),
-            ("agent_rss", b.agent_rss_slope, b.agent_growth_ceiling, None),
+        checks = [  # tracemalloc counts Python's blocks exactly: no allocator steps to allow for
+            ("kernel_rss", b.kernel_rss_slope, b.kernel_growth_ceiling, b.kernel_peak_ceiling, b.memory_floor),
+            ("kernel_uss", b.kernel_uss_slope, b.kernel_growth_ceiling, None, b.memory_floor),
+            ("tracemalloc_current", b.tracemalloc_slope, b.kernel_growth_ceiling, None, 0.0),
+            ("agent_rss", b.agent_rss_slope, b.agent_growth_ceiling, None, b.memory_floor),
         ]
-        for metric, limit, ceiling, peak in checks:
+        for metric, limit, ceiling, peak, floor in checks:
             try:
                 self.figures[metric] = check_memory(self.table, b, metric=metric, limit=limit, ceiling=ceiling,
-                                                    peak=peak)  # fmt: skip
+                                                    peak=peak, floor=floor)  # fmt: skip
             except MemoryGrowthError as error:
                 allocations = self._top_allocations()
                 top = "\n".join(f"    {line}" for line in allocations[:5])

@@ -17,9 +17,9 @@ from scripted_agents.presets import conformant, turn, write_turn
 
 pytestmark = LOOP_SCRIPTED
 
-ASK = {"tool_call": {"id": "c1", "title": "Write out/check.txt", "kind": "edit", "locations": ["out/check.txt"],
+ASK = {"tool_call": {"id": "c1", "title": "Write out/hello.txt", "kind": "edit", "locations": ["out/hello.txt"],
                      "permission": True}}  # fmt: skip
-WRITE = {"write": {"path": "out/check.txt", "content": "check\n"}}
+WRITE = {"write": {"path": "out/hello.txt", "content": "hello\n"}}
 
 
 def check(tmp_path, scenario, *options: str, wrap: str = "") -> tuple[int, dict, str]:
@@ -39,8 +39,8 @@ def statuses(report: dict) -> dict[str, str]:
 
 
 def write_task(*steps, **options) -> dict:
-    """The conformant agent, but doing `steps` when asked to create out/check.txt."""
-    return {"tasks": [{"prompt_contains": "out/check.txt", "turns": [turn(*steps, **options)]},
+    """The conformant agent, but doing `steps` when asked to create out/hello.txt."""
+    return {"tasks": [{"prompt_contains": "out/hello.txt", "turns": [turn(*steps, **options)]},
                       {"turns": [turn({"message": "ready"})]}]}  # fmt: skip
 
 
@@ -52,12 +52,12 @@ def test_a_conformant_agent_passes_every_check(tmp_path):
     assert "ACP conformance" in stderr and "bounded-resources" in stderr  # the table, on stderr
     evidence = {c["check"]: c["evidence"] for c in report["checks"]}
     assert evidence["cancel-honoured"].endswith("(sent on its permission request)")
-    assert evidence["permission-before-effect"] == "asked, then changed out/check.txt"
+    assert evidence["permission-before-effect"] == "asked, then changed out/hello.txt"
 
 
 BREAKS = {
     "stdout-json-rpc": (
-        {"tasks": [{"prompt_contains": "out/check.txt", "turns": [write_turn("out/check.txt", "check\n")]},
+        {"tasks": [{"prompt_contains": "out/hello.txt", "turns": [write_turn("out/hello.txt", "hello\n")]},
                    {"turns": [turn({"garbage": "Loading model..."}, {"message": "ready"})]}]},
         (), "not JSON",
     ),
@@ -75,14 +75,14 @@ BREAKS = {
     ),
     # Without the sandbox (whose pid namespace ends everything with the agent), a daemon it started lives on.
     "exit-on-eof": (
-        {"tasks": [{"prompt_contains": "out/check.txt", "turns": [write_turn("out/check.txt", "check\n")]},
+        {"tasks": [{"prompt_contains": "out/hello.txt", "turns": [write_turn("out/hello.txt", "hello\n")]},
                    {"turns": [turn({"spawn_child": {"setsid": True, "seconds": 300}}, {"message": "ready"})]}]},
         ("--sandbox", "off"), "still running after it exited",
     ),
     # An agent whose process goes on after its stdin closed (here a wrapper that sleeps on).
     "exit-on-eof/stays": (conformant(), ("--cancel-grace", "1", "--sessions", "4"), "did not exit within 1 s"),
     "bounded-resources": (
-        write_task(*write_turn("out/check.txt", "check\n")["steps"], {"leak": "fd"}), ("--sessions", "6"),
+        write_task(*write_turn("out/hello.txt", "hello\n")["steps"], {"leak": "fd"}), ("--sessions", "6"),
         "fds ",
     ),
 }  # fmt: skip

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.pytest_plugin import LOOP_SOAK
+from harness.pytest_plugin import LOOP_SCRIPTED
 from soak import Bounds, MemoryGrowthError, SampleTable, TranscriptGrowthError, check_memory, check_transcript, slope
 
-pytestmark = LOOP_SOAK
+pytestmark = LOOP_SCRIPTED  # pure functions on made-up series: fast, so in every run
 
 BOUNDS = Bounds(warmup=10, window=10)
 
@@ -41,6 +41,37 @@ def test_growth_in_two_consecutive_windows_fails():
     rss = [1000] * 10 + [1000 + 200 * i for i in range(40)]
     with pytest.raises(MemoryGrowthError, match=r"kept growing: slope 0\.2 then 0\.2 KiB/task"):
         check_memory(table(rss), BOUNDS, metric="kernel_rss", limit=100, ceiling=1 << 30)
+
+
+KIB = 1024
+#: Windows of 25 tasks after a 20-task warm-up, the per-task soak's self-test shape.
+PER_TASK = Bounds(warmup=20, window=25)
+
+
+def stepped(steps: dict[int, int], tasks: int = 120, base: int = 40 << 20) -> list[int]:
+    """A flat series that jumps by steps[i] bytes at task i (how an allocator takes memory)."""
+    values, level = [], base
+    for i in range(tasks):
+        level += steps.get(i, 0)
+        values.append(level)
+    return values
+
+
+def test_allocator_steps_in_two_windows_are_not_a_leak_under_the_floor():
+    """Two 128 KiB steps, one mid-window in each of two windows: each window's slope reads ~7 KiB/task, above
+    the 4 KiB limit, but 0.25 MiB in all is an allocator taking memory, not a leak (the per-task soak's flake)."""
+    rss = stepped({57: 128 * KIB, 82: 128 * KIB})
+    with pytest.raises(MemoryGrowthError, match="kept growing"):  # judged by slope alone, it fails
+        check_memory(table(rss), PER_TASK, metric="kernel_uss", limit=4 * KIB, ceiling=16 << 20)
+    figures = check_memory(table(rss), PER_TASK, metric="kernel_uss", limit=4 * KIB, ceiling=16 << 20,
+                           floor=1 << 20)  # fmt: skip
+    assert max(figures["window_slopes"][1:3]) > 4 * KIB  # the slopes did break the limit
+
+
+def test_a_steady_leak_above_the_floor_still_fails():
+    rss = stepped({i: 24 * KIB for i in range(20, 120)})  # 24 KiB every task: 1.1 MiB over two windows
+    with pytest.raises(MemoryGrowthError, match=r"kept growing: .* 1\.1 MiB between them \(floor 1\.0 MiB\)"):
+        check_memory(table(rss), PER_TASK, metric="kernel_uss", limit=4 * KIB, ceiling=16 << 20, floor=1 << 20)
 
 
 def test_a_step_beyond_the_ceiling_fails():
