@@ -22,7 +22,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     check.add_argument("agent", nargs=argparse.REMAINDER, help="the agent's command line (after --)")
     check.add_argument("--json", action="store_true", help="print the results as one JSON object (last line)")
-    check.add_argument("--sessions", type=int, default=12, help="sessions on one agent for the growth check (12)")
+    check.add_argument("--sessions", type=int, default=12,
+                       help="sessions on one agent for the growth check (12; 0 skips it)")  # fmt: skip
     check.add_argument("--startup-timeout", type=float, default=30.0, metavar="S",
                        help="bound on initialize and on session/new, seconds (30)")  # fmt: skip
     check.add_argument("--turn-timeout", type=float, default=120.0, metavar="S", help="bound on one prompt (120)")

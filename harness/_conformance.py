@@ -115,8 +115,8 @@ class Conformance:
     ) -> None:
         if not command:
             raise ValueError("the agent's command line is empty")
-        if sessions < 4:
-            raise ValueError("sessions must be at least 4 (a warm-up of 2, then at least 2 to compare)")
+        if 0 < sessions < 4 or sessions < 0:
+            raise ValueError("sessions must be at least 4 (a warm-up of 2, then at least 2 to compare), or 0 to skip")
         self.command = list(command)
         self.env = dict(env or {})
         self.sessions = sessions
@@ -146,8 +146,9 @@ class Conformance:
         await self._probe("refused", rules=[READ_ALL], prompt=WRITE_PROMPT)
         self.progress("cancel")
         await self._cancel_probe()
-        self.progress("sessions")
-        await self._sessions_probe()
+        if self.sessions:
+            self.progress("sessions")
+            await self._sessions_probe()
         return [getattr(self, "_" + name.replace("-", "_"))() for name in CHECKS]
 
     # --- the probes ------------------------------------------------------------------------------
@@ -386,6 +387,8 @@ class Conformance:
         return self._result("session-close", Status.PASS, f"{closes} session/close answered")
 
     def _bounded_resources(self) -> CheckResult:
+        if "sessions" not in self.probes:
+            return self._result("bounded-resources", Status.NOT_EXERCISED, "skipped (--sessions 0)")
         probe = self.probes["sessions"]
         samples = probe.extra["samples"]
         ended = f"ended {probe.terminal}: {probe.reason}"

@@ -23,6 +23,11 @@ def inference_threads() -> int:
     return max(1, (os.cpu_count() or 2) // workers)
 
 
+@pytest.fixture(name="inference_agent_threads")
+def inference_agent_threads_fixture() -> int:
+    return inference_threads()
+
+
 @pytest.fixture(name="inference_workspace")
 def inference_workspace_fixture(tmp_path):
     """A workspace whose out/ is ignored by git, so the model's files leave the tree clean."""

@@ -10,7 +10,8 @@ import jsonschema
 import psutil
 import pytest
 
-from harness import Terminal, read_transcript
+from harness import Terminal, read_transcript, testing
+from harness._conformance import Conformance, Status
 from harness._host_tools import TOOL_SPECS
 from harness.inference._prompting import TOOLS
 from harness.pytest_plugin import LOOP_INFERENCE
@@ -265,3 +266,20 @@ def test_tight_budgets_stop_the_real_model_with_their_stop_code(
     assert result.reason["source"] == "file"
     if code == "FILE_CHANGE_LIMIT":  # the second file was written, and the budget saw it at once
         assert sorted(p.name for p in (workspace.path / "out").iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_the_inference_agent_passes_the_conformance_check(harness_model, tmp_path, inference_agent_threads):
+    """`loop-harness check`'s probes against the real model. Its resources over many sessions are the
+    inference soak's to bound (LoopSoak), so the sessions probe is skipped; every other invariant the
+    agent can show is exercised, and none fails."""
+    command = testing.inference_agent_command(threads=inference_agent_threads)
+    results = Conformance(command, env=testing.inference_agent_env(), sessions=0, turn_timeout=300,
+                          workdir=tmp_path / "check").run()  # fmt: skip
+    status = {r.check: r.status for r in results}
+    evidence = {r.check: r.evidence for r in results}
+
+    assert Status.FAIL not in status.values(), evidence
+    exercised = ["stdout-json-rpc", "initialize", "session-new", "permission-before-effect", "refusal-honoured",
+                 "cancel-honoured", "exit-on-eof"]  # fmt: skip
+    assert {check: status[check] for check in exercised} == dict.fromkeys(exercised, Status.PASS), evidence
+    assert status["session-close"] is Status.NOT_EXERCISED  # the inference agent does not advertise it

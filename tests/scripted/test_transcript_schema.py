@@ -88,6 +88,7 @@ def test_the_schema_rejects_what_a_reader_could_not_rely_on(record, change):
         {"seq": 7, "t": 3.0, "type": "rpc", "dir": "out", "truncated": True, "bytes": 2_000_000},  # kept whole-ish
         {"seq": 3, "t": 0.1, "type": "turn", "iteration": 2, "prompt_kind": "standing_policy+steering"},
         {"seq": 2, "t": 0.0, "type": "sandbox", "mode": "off"},
+        {"seq": 9, "t": 1.0, "type": "usage", "usage": None, "meta": {"timings": {}}},  # an answer with _meta only
     ],
 )
 def test_the_schema_accepts_what_the_kernel_writes(record):
