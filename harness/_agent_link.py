@@ -197,7 +197,8 @@ class AgentLink:
             with contextlib.suppress(Exception):
                 await self._conn.close()
         if process is not None:
-            await process.stop(grace=2.0)
+            # The grace to exit once stdin closes: the config's cancel grace, never under 2 s.
+            await process.stop(grace=max(2.0, self.limits.cancel_grace_s))
 
     # --- internals -----------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """`loop-harness check [OPTIONS] -- AGENT_COMMAND...`: the conformance check's command line.
 
 A table on stderr (one row per invariant: status and evidence), `--json` for CI (the last line of stdout),
-exit 0 when no check failed, 1 when one did, 2 for a command line that cannot be used.
+exit 0 when no check failed, 1 when one did, 2 for a command line that cannot be used (or a check that could
+not run at all).
 """
 
 from __future__ import annotations
@@ -73,7 +74,14 @@ def _handle(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"check: {exc}", file=sys.stderr)
         return 2
-    results = conformance.run()
+    if args.keep is not None and args.keep.exists() and any(args.keep.iterdir()):
+        print(f"check: --keep {args.keep} is not empty: give a new directory", file=sys.stderr)
+        return 2
+    try:
+        results = conformance.run()
+    except Exception as exc:  # the check's own fault, not the agent's: never read as a failed check
+        print(f"check: could not run the probes: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     failed = [r for r in results if r.status is Status.FAIL or (args.strict and r.status is Status.NOT_EXERCISED)]
     _table(console, results, CHECKS)
     if failed and args.keep is None:

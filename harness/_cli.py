@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._check_cli import register as register_check
-from ._config import load_config
+from ._config import NO_QUEUE, load_config
 from ._exceptions import ConfigError
 
 if TYPE_CHECKING:  # the kernel (and the ACP SDK) load only for `run`
@@ -147,6 +147,8 @@ def _run(args: argparse.Namespace) -> int:
     from ._display import RunDisplay
     from ._kernel import Kernel
 
+    if args.prompt is None and not config.queue_written:  # the contract's default: an empty queue, Idle, exit 0
+        print(f"warning: queue: {NO_QUEUE}", file=sys.stderr)
     display = None if args.quiet else RunDisplay()
     kernel = Kernel(
         config,

@@ -329,9 +329,10 @@ class Config(_Strict):
         return {"values": values, "sources": sources, "warnings": list(self.autonomy_warnings)}
 
 
-#: The `queue` ConfigError of a run that would drain a queue the config never wrote (`Kernel.run`).
+#: The CLI's warning for a queue run of a config that never wrote a queue: it ends Idle having done nothing
+#: (the contract's exit 0: a config that leaves a key out gets its default, here an empty memory queue).
 NO_QUEUE = (
-    "the config has no queue section, so this run would drain nothing and end Idle: add a queue: section "
+    "the config has no queue section, so this run drains nothing and ends Idle: add a queue: section "
     "(provider: memory with tasks, or github), or pass --prompt TEXT to run a single prompt"
 )
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from ._agent_link import VERSION
 from ._client import InteractiveHandler
-from ._config import NO_QUEUE, Config, check_transcripts_outside
+from ._config import Config, check_transcripts_outside
 from ._exceptions import ConfigError
 from ._records import RecordType
 from ._recovery import ActiveRuns
@@ -80,7 +80,6 @@ class Kernel:
         # The memory host forgets what it completed when its process ends: the kernel remembers (per
         # workspace and queue, beside the transcripts) for the provider it made itself from the config.
         self._remembers = provider is None and config.queue.provider == "memory"
-        self._own_provider = provider is None
         self.interactive_handler = interactive_handler
         self.transcript_path = transcript_path or default_transcript_path(config)
         self.observer = observer
@@ -129,15 +128,14 @@ class Kernel:
     async def run(self, *, task_id: str | None = None, prompt: str | None = None) -> RunResult:
         """Drain the queue (default), run one named task, or run a single prompt.
 
-        Raises ConfigError when the transcripts directory cannot be written, and (before anything is
-        written) when the run would drain a queue the config never wrote (no `queue:` and no `provider`):
-        a single prompt needs no queue, but draining the default empty one would end Idle having done nothing.
-        """
-        if prompt is None and self._own_provider and not self.config.queue_written:
-            raise ConfigError("queue", NO_QUEUE)
-        # `transcripts:` is checked when the config loads; this covers --transcript and the default directory
-        # (a workspace that is $HOME, or holds $XDG_STATE_HOME).
-        check_transcripts_outside(self.config.workspace, self.transcript_path.parent, key="transcript")
+        Raises ConfigError, before anything is written, when the transcript would go inside the workspace
+        (or through a hard link), and when its directory cannot be written."""
+        # `transcripts:` is checked when the config loads; this covers --transcript (through a symlink too) and
+        # the default directory (a workspace that is $HOME, or holds $XDG_STATE_HOME).
+        check_transcripts_outside(self.config.workspace, self.transcript_path.resolve().parent, key="transcript")
+        if self.transcript_path.exists() and self.transcript_path.stat().st_nlink > 1:
+            raise ConfigError("transcript", f"{self.transcript_path} has other names (hard links): the transcript "
+                              "would be written wherever they are; give a new file")  # fmt: skip
         active = ActiveRuns(self.transcript_path.parent)
         try:
             recovered = active.recover()  # runs whose kernel died: ended Failed/restarted

@@ -274,8 +274,10 @@ class AgentProcess:
 
     async def stop(self, grace: float = 2.0) -> int | None:
         """Close stdin, wait, SIGTERM the group, wait, SIGKILL the group."""
+        signalled_before = self.killed  # a cancel or a budget already ended it: its exit says nothing of EOF
         await self.close()
         status = await self.wait_exit(grace)
+        on_eof = status is not None and not signalled_before
         if status is None:
             self.kill_group(signal.SIGTERM)
             status = await self.wait_exit(2.0)
@@ -291,6 +293,7 @@ class AgentProcess:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        left = {"processes_ended": ended} if ended else {}
         self.transcript.record(RecordType.AGENT_EXIT, pid=self.pid, status=status, stderr_bytes=self.stderr_bytes,
-                               **({"processes_ended": ended} if ended else {}))  # fmt: skip
+                               on_eof=on_eof, grace_s=grace, **left)  # fmt: skip
         return status

@@ -51,7 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("loop-harness")
     group.addoption("--loop-agent", metavar="COMMAND", help="the ACP agent command (split like a shell does) "
                     "that the loop_agent_command and harness_config fixtures use")  # fmt: skip
-    parser.addini("loop_agent", "the ACP agent command that --loop-agent gives on the command line", default="")
+    parser.addini("loop_agent", "the ACP agent command that --loop-agent gives on the command line", type="args")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -74,8 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def loop_agent_command_fixture(pytestconfig: pytest.Config) -> list[str]:
     """Your agent's command line, from `--loop-agent` or the `loop_agent` ini key; fails the test (never
     skips it) when neither names one."""
-    text = pytestconfig.getoption("--loop-agent") or pytestconfig.getini("loop_agent")
-    command = shlex.split(str(text or ""))
+    option = pytestconfig.getoption("--loop-agent")
+    command = shlex.split(option) if option else [str(part) for part in pytestconfig.getini("loop_agent")]
     if not command:
         pytest.fail(_NO_AGENT, pytrace=False)
     return command

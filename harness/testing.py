@@ -189,6 +189,8 @@ def agent_section(
         raise TypeError("name exactly one agent: a scripted scenario, or agent=[command...] for any ACP agent")
     if isinstance(agent, Mapping):
         return dict(agent)
+    if isinstance(agent, str):  # a str is a sequence of characters: say so rather than run "p" "y" "t"...
+        raise TypeError(f"agent= takes the command as a list (shlex.split({agent!r})), not a string")
     command = scripted_agent_command(scenario) if scenario is not None else [str(a) for a in agent or ()]
     return {"command": command, "supports_permission_requests": supports_permission_requests}
 

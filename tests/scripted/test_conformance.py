@@ -69,6 +69,17 @@ BREAKS = {
         write_task({"tool_call": {**ASK["tool_call"], "permission": {"on_reject": "continue"}}}, WRITE), (),
         "after its permission was refused",
     ),
+    # Refused, then it writes the file itself: out/ is open to it (the policy, not the sandbox, refused).
+    "refusal-honoured/itself": (
+        write_task({"tool_call": {**ASK["tool_call"], "permission": {"on_reject": "continue"}}},
+                   {"run": {"script": "mkdir -p out && echo hello > out/hello.txt"}}), (),
+        "changed out/hello.txt after its permission was refused",
+    ),
+    # It writes first, through no client call, and asks only afterwards.
+    "permission-before-effect/late": (
+        write_task({"run": {"script": "mkdir -p out && echo hello > out/hello.txt"}}, ASK, WRITE), (),
+        "changed out/hello.txt itself before it first asked",
+    ),
     "cancel-honoured": (
         write_task({"message": "thinking"}, {"sleep": 2}, WRITE, cancel_stop_reason="end_turn"), ("--sessions", "4"),
         "answered the cancelled prompt with 'end_turn', not 'cancelled'",
@@ -80,7 +91,8 @@ BREAKS = {
         ("--sandbox", "off"), "still running after it exited",
     ),
     # An agent whose process goes on after its stdin closed (here a wrapper that sleeps on).
-    "exit-on-eof/stays": (conformant(), ("--cancel-grace", "1", "--sessions", "4"), "did not exit within 1 s"),
+    "exit-on-eof/stays": (conformant(), ("--cancel-grace", "1", "--sessions", "4"),
+                          "still running 2.0 s after its stdin closed"),
     "bounded-resources": (
         write_task(*write_turn("out/hello.txt", "hello\n")["steps"], {"leak": "fd"}), ("--sessions", "6"),
         "fds ",
@@ -104,13 +116,29 @@ def test_each_break_fails_its_own_check(tmp_path, broken):
         testing.assert_transcript_valid(Path(path))  # the evidence is a whole transcript
 
 
+def test_looking_before_asking_is_not_an_effect(tmp_path):
+    """`git status` through the client before asking changes nothing: the probes allow it, and only a change
+    to the workspace is an effect."""
+    look = {"terminal": {"command": "git", "args": ["status", "--short"]}}
+    code, report, stderr = check(tmp_path, write_task(look, ASK, WRITE), "--sessions", "4")
+    assert statuses(report)["permission-before-effect"] == "pass", report
+    assert code == 0, stderr
+
+
+def test_keep_refuses_a_directory_in_use(tmp_path):
+    (tmp_path / "evidence").mkdir()
+    (tmp_path / "evidence" / "old").write_text("x")
+    code, _, stderr = check(tmp_path, conformant())
+    assert code == 2 and "is not empty" in stderr, stderr
+
+
 def test_an_agent_that_never_asks_is_not_exercised_and_strict_fails_it(tmp_path):
     never = write_task({"message": "I will not do that"})
     code, report, _ = check(tmp_path, never, "--sessions", "4")
     assert statuses(report)["permission-before-effect"] == "not exercised"
     assert statuses(report)["refusal-honoured"] == "not exercised"
     assert code == (1 if "fail" in statuses(report).values() else 0)
-    strict, _, _ = check(tmp_path, never, "--sessions", "4", "--strict")
+    strict, _, _ = check(tmp_path / "strict", never, "--sessions", "4", "--strict")
     assert strict == 1
 
 

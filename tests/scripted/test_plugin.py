@@ -113,3 +113,22 @@ def test_plain():
 """
     )
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_the_ini_key_takes_the_command_as_a_shell_line(pytester):
+    """`loop_agent = python -m my_agent --flag "two words"` is split as a shell would."""
+    pytester.makeini('[pytest]\nloop_agent = python -m my_agent --flag "two words"\n')
+    pytester.makepyfile(
+        test_ini="""
+def test_it(loop_agent_command):
+    assert loop_agent_command == ["python", "-m", "my_agent", "--flag", "two words"]
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_an_agent_given_as_one_string_is_refused(tmp_path):
+    from harness import testing
+
+    with pytest.raises(TypeError, match="as a list"):
+        testing.loop_config(tmp_path, agent="python -m my_agent")
