@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 
 from soak import Bounds, MemoryGrowthError, SoakRunner, check_memory
 from soak._sampler import SampleTable
@@ -52,9 +53,14 @@ def main() -> None:
         found = verdicts(table, judged)
         uss = table.column("kernel_uss")
         growth = (uss[-1] - uss[judged.warmup]) / 2**20
+        slopes = check_memory(table, judged, metric="kernel_uss", limit=UNREACHABLE, ceiling=UNREACHABLE)[
+            "window_slopes"
+        ]
+        closest = max(min(a, b) for a, b in itertools.pairwise(slopes)) / 1024
         failed["slope only"] += any(old != "pass" for old, _ in found.values())
         failed["with floor"] += any(new != "pass" for _, new in found.values())
-        print(f"run {run}: kernel USS +{growth:.2f} MiB after the warm-up; "
+        print(f"run {run}: kernel USS +{growth:.2f} MiB after the warm-up, closest window pair "
+              f"{closest:.1f} KiB/task (limit {judged.kernel_uss_slope / 1024:.0f}); "
               + "; ".join(f"{m}: {old} -> {new}" for m, (old, new) in found.items()), flush=True)  # fmt: skip
     print(f"{args.runs} runs of {args.tasks} per-task soak tasks: slope only failed {failed['slope only']}, "
           f"with the {judged.memory_floor / 2**20:.0f} MiB floor failed {failed['with floor']}")  # fmt: skip

@@ -132,3 +132,27 @@ def test_an_agent_given_as_one_string_is_refused(tmp_path):
 
     with pytest.raises(TypeError, match="as a list"):
         testing.loop_config(tmp_path, agent="python -m my_agent")
+
+
+def test_harness_model_fails_cleanly_on_a_lock_it_cannot_use(pytester, monkeypatch):
+    """A broken models.lock is the test's failure with the lock's message, not a LockError traceback."""
+    lock = pytester.path / "broken.lock"
+    lock.write_text("default = [not toml")
+    monkeypatch.setenv("LOOP_HARNESS_MODELS_LOCK", str(lock))
+    pytester.makepyfile(test_model="def test_it(harness_model): pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*cannot read {lock}*"])
+    assert "LockError" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+
+
+def test_the_wheel_ships_the_lock_the_repository_pins():
+    """models.lock is package data (a link to the root file here), so an installed copy finds one."""
+    from pathlib import Path
+
+    from harness.models import _lock as lock_module
+    from harness.models import find_lock_file
+
+    shipped = Path(lock_module.__file__).with_name("models.lock")
+    assert shipped.read_bytes() == (Path(__file__).parents[2] / "models.lock").read_bytes()
+    assert find_lock_file().read_bytes() == shipped.read_bytes()

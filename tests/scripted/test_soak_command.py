@@ -62,3 +62,39 @@ def test_a_report_without_matplotlib_is_refused_before_the_soak(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "pip install 'loop-harness[soak]'" in done.stderr
     assert "soak passed" not in done.stdout and not (tmp_path / "report").exists()
+
+
+def _agent(tmp_path, *leaks: str) -> str:
+    """Any agent, to the soak: the scripted one writing the file the soak asks every agent for."""
+    from harness.testing import scripted_agent_command, write_yaml
+    from scripted_agents.presets import turn, write_turn
+
+    steps = [*write_turn("out/result.txt", "result\n")["steps"], *({"leak": leak} for leak in leaks)]
+    scenario = write_yaml(tmp_path / "agent.yaml", {"tasks": [{"turns": [turn(*steps)]}]})
+    return " ".join(scripted_agent_command(scenario))
+
+
+@pytest.mark.parametrize("leak", [None, "fd"], ids=["steady", "agent-leaks-an-fd"])
+def test_any_agent_command_is_soaked_with_its_counters_bounded(tmp_path, leak):
+    command = [sys.executable, "-m", "harness", "soak", "--tasks", "40", "--warmup", "10", "--window", "15",
+               "--json", "--agent-command", _agent(tmp_path, *([leak] if leak else []))]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    if leak is None:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert summary["agent"] == "command" and summary["tasks_sampled"] == 40
+    else:
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert summary["error"]["resource"] == "agent fds", summary["error"]
+        assert "after task 20, baseline" in summary["error"]["message"]
+        assert "broken bound: agent fds" in done.stderr
+
+
+def test_the_python_api_soaks_a_command_too(tmp_path):
+    # In-process, the kernel is this pytest worker, whose peak (every module the suite loaded) is not the soak's.
+    bounds = Bounds(warmup=10, window=15, kernel_peak_ceiling=float(1 << 40))
+    result = SoakRunner(tasks=40, agent=_agent(tmp_path).split(), bounds=bounds).run()
+    assert result.passed, result.error
+    assert (result.agent, result.terminals) == ("command", {"Completed": 40})
+    with pytest.raises(ValueError, match="command line is empty"):
+        SoakRunner(tasks=100, agent=[])
