@@ -5,6 +5,7 @@
     loop-harness bench changes
     loop-harness limits CONFIG.yaml [--json]
     loop-harness check [--json] -- AGENT_COMMAND...
+    loop-harness serve [--host H] [--port N] [--state DIR]
 
 Exit status of `run`: 0 when the run ends `Idle` or `Completed`, 1 for any
 other terminal, 2 for a config that cannot be used (the message names the key).
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ._check_cli import register as register_check
 from ._config import NO_QUEUE, load_config
 from ._exceptions import ConfigError
+from .server._cli import register as register_serve
 
 if TYPE_CHECKING:  # the kernel (and the ACP SDK) load only for `run`
     from ._kernel import Kernel
@@ -128,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--sandbox", action="store_true", help="kernel: the OS sandbox on vs off, and a terminal's cost")
 
     register_check(commands)
+    register_serve(commands)
 
     # Commands from other packages (the soak's `soak`): each registers its own parser and handler, so
     # the kernel's CLI imports none of them.

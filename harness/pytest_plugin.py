@@ -5,6 +5,7 @@ Markers, registered with strict markers in mind:
     LoopInference   the kernel against the real local model (CPU llama.cpp)
     LoopSoak        hundreds of tasks with bounded resources (slow): deselected unless `-m` selects it
     LoopAgent       your own ACP agent (the command `--loop-agent` or the `loop_agent` ini key names)
+    LoopE2E         the control server end to end: a real `loop-harness serve` on loopback
     loop_workspace(files={...}, ignore=[...])   what `harness_workspace` starts with
 
 Test modules mark themselves with `pytestmark = LOOP_SCRIPTED` (the hyphen
@@ -27,19 +28,21 @@ if TYPE_CHECKING:
     from . import testing
     from ._results import RunResult
 
-__all__ = ["LOOP_AGENT", "LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SOAK", "MARKERS"]
+__all__ = ["LOOP_AGENT", "LOOP_E2E", "LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SOAK", "MARKERS"]
 
 MARKERS = {
     "loop-scripted": "fast loop tests against the scripted ACP agent (every loop branch)",
     "LoopInference": "the kernel against the real local model on the CPU (pinned GGUF)",
     "LoopSoak": "hundreds of tasks asserting bounded memory, handles, threads and transcript size",
     "LoopAgent": "the kernel against your own ACP agent (--loop-agent COMMAND, or the loop_agent ini key)",
+    "LoopE2E": "the control server end to end: a real loop-harness serve on loopback, driven over HTTP",
     "loop_workspace": "loop_workspace(files={path: text}, ignore=[pattern]): what harness_workspace starts with",
 }
 LOOP_SCRIPTED = getattr(pytest.mark, "loop-scripted")
 LOOP_INFERENCE = pytest.mark.LoopInference
 LOOP_SOAK = pytest.mark.LoopSoak
 LOOP_AGENT = pytest.mark.LoopAgent
+LOOP_E2E = pytest.mark.LoopE2E
 
 _NO_AGENT = (
     "no agent to test: pass --loop-agent 'COMMAND ARGS' to pytest, or set loop_agent = \"COMMAND ARGS\" "

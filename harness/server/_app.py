@@ -1,0 +1,153 @@
+"""The ASGI app: a bearer token on every endpoint, an Origin check, typed errors, and the seed's paths.
+
+Every error is `{"error": {"kind": ..., "message": ..., ...}}` with a 4xx status, and a refused request
+changes nothing. Requests carry JSON objects of at most 64 KiB.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .._config import PolicyConfig, QueueConfig
+from ._state import State, StateError
+
+__all__ = ["create_app"]
+
+MAX_BODY = 64 * 1024
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, kind: str, message: str, **detail: Any) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.detail = status, kind, detail
+
+
+def error(status: int, kind: str, message: str, **detail: Any) -> JSONResponse:
+    return JSONResponse({"error": {"kind": kind, "message": message, **detail}}, status_code=status)
+
+
+class _Guard(BaseHTTPMiddleware):
+    """The token on every request, and a browser's Origin only when it is this server's own."""
+
+    def __init__(self, app: Any, state: State) -> None:
+        super().__init__(app)
+        self.expected = f"Bearer {state.token}".encode()
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        origin = request.headers.get("origin")
+        own = f"{request.url.scheme}://{request.url.netloc}"
+        if origin is not None and origin != own:
+            return error(403, "origin_refused", f"requests from {origin} are refused (only {own})")
+        given = request.headers.get("authorization", "").encode()
+        if not secrets.compare_digest(given, self.expected):
+            response = error(401, "unauthorized", "a bearer token is required: Authorization: Bearer TOKEN")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            return response
+        return await call_next(request)
+
+
+def create_app(state: State) -> Starlette:
+    def endpoint(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
+        async def respond(request: Request) -> Response:
+            try:
+                status, body = await handler(request)
+            except ApiError as exc:
+                return error(exc.status, exc.kind, str(exc), **exc.detail)
+            except StateError as exc:
+                return error(exc.status, exc.kind, str(exc), **exc.detail)
+            return JSONResponse(body, status_code=status)
+
+        return respond
+
+    async def get_autonomy(request: Request) -> tuple[int, Any]:
+        return 200, {"enabled": state.autonomy_enabled}
+
+    async def put_autonomy(request: Request) -> tuple[int, Any]:
+        body = await _json_object(request)
+        enabled = body.get("enabled")
+        if set(body) != {"enabled"} or not isinstance(enabled, bool):
+            raise ApiError(422, "invalid", 'the body is {"enabled": true|false}', key="enabled")
+        state.set_autonomy(enabled)
+        return 200, {"enabled": state.autonomy_enabled}
+
+    async def list_workspaces(request: Request) -> tuple[int, Any]:
+        return 200, {"workspaces": [w.as_json() for w in state.workspaces()]}
+
+    async def add_workspace(request: Request) -> tuple[int, Any]:
+        body = await _json_object(request)
+        unknown = set(body) - {"path", "host", "policy"}
+        if unknown:
+            raise ApiError(422, "invalid", f"unknown keys {sorted(unknown)} (known: path, host, policy)",
+                           key=sorted(unknown)[0])  # fmt: skip
+        path = _worktree(body.get("path"))
+        host = _validated(QueueConfig, body.get("host"), "host") if body.get("host") is not None else None
+        policy = _validated(PolicyConfig, body.get("policy", {}), "policy")
+        return 201, state.add_workspace(path, host, policy).as_json()
+
+    async def get_workspace(request: Request) -> tuple[int, Any]:
+        return 200, state.workspace(request.path_params["workspace_id"]).as_json()
+
+    routes = [
+        Route("/api/autonomy", endpoint(get_autonomy), methods=["GET"]),
+        Route("/api/autonomy", endpoint(put_autonomy), methods=["PUT"]),
+        Route("/api/workspaces", endpoint(list_workspaces), methods=["GET"]),
+        Route("/api/workspaces", endpoint(add_workspace), methods=["POST"]),
+        Route("/api/workspaces/{workspace_id}", endpoint(get_workspace), methods=["GET"]),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(_Guard, state=state)],
+                     exception_handlers={404: _not_found, 405: _not_allowed})  # fmt: skip
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return error(404, "not_found", f"no endpoint {request.url.path}")
+
+
+async def _not_allowed(request: Request, exc: Exception) -> Response:
+    return error(405, "method_not_allowed", f"{request.method} is not allowed on {request.url.path}")
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise ApiError(413, "too_large", f"the body is {len(raw)} bytes (at most {MAX_BODY})")
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError as exc:
+        raise ApiError(400, "not_json", f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "not_an_object", "the body must be a JSON object")
+    return body
+
+
+def _validated(model: type[QueueConfig] | type[PolicyConfig], value: Any, key: str) -> dict[str, Any]:
+    try:
+        return model.model_validate(value).model_dump(mode="json", exclude_defaults=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join([key, *(str(part) for part in first["loc"])])
+        raise ApiError(422, "invalid", f"{where}: {first['msg']}", key=where) from None
+
+
+def _worktree(value: Any) -> str:
+    """The absolute path of a git worktree's top level (what the loop binds), or a 422."""
+    if not isinstance(value, str) or not value or not Path(value).is_absolute():
+        raise ApiError(422, "invalid", "path must be the absolute path of a git worktree", key="path")
+    path = Path(value).resolve()
+    done = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                          check=False, timeout=10)  # fmt: skip
+    if not path.is_dir() or done.returncode != 0 or Path(done.stdout.strip()).resolve() != path:
+        raise ApiError(422, "not_a_worktree", f"{path} is not the top level of a git worktree", key="path")
+    return str(path)

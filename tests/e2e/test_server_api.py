@@ -1,0 +1,137 @@
+"""The control server's API against a real server on loopback: auth, the autonomy switch, workspaces, bad
+input on every endpoint (typed 4xx, nothing changed), and state that survives kill -9."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.pytest_plugin import LOOP_E2E
+from harness.testing import make_workspace
+
+pytestmark = LOOP_E2E
+
+ENDPOINTS = [("GET", "/api/autonomy"), ("PUT", "/api/autonomy"), ("GET", "/api/workspaces"),
+             ("POST", "/api/workspaces"), ("GET", "/api/workspaces/abc")]  # fmt: skip
+MEMORY_HOST = {"provider": "memory", "tasks": [{"id": "T1", "title": "Greet"}]}
+POLICY = {"rules": [{"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"}]}
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+@pytest.mark.parametrize("token", ["", "not-the-token"], ids=["none", "wrong"])
+def test_every_endpoint_needs_the_token(server, method, path, token):
+    with server.client(token=token) as client:
+        answer = client.request(method, path, json={"enabled": True})
+    assert answer.status_code == 401 and answer.json()["error"]["kind"] == "unauthorized"
+    assert answer.headers["www-authenticate"] == "Bearer"
+
+
+def test_another_origin_is_refused_even_with_the_token(server):
+    with server.client(Origin="http://evil.example") as client:
+        answer = client.get("/api/autonomy")
+    assert answer.status_code == 403 and answer.json()["error"]["kind"] == "origin_refused"
+    with server.client(Origin=server.url) as client:
+        assert client.get("/api/autonomy").status_code == 200
+
+
+def test_the_token_is_made_once_and_kept_owner_only(server):
+    assert len(server.token) >= 40
+    assert (server.state / "token").stat().st_mode & 0o077 == 0
+
+
+def test_autonomy_is_off_and_needs_a_host_connection_to_enable(server, tmp_path):
+    with server.client() as client:
+        assert client.get("/api/autonomy").json() == {"enabled": False}
+        refused = client.put("/api/autonomy", json={"enabled": True})
+        assert refused.status_code == 409 and refused.json()["error"]["kind"] == "no_host_connection"
+        assert client.get("/api/autonomy").json() == {"enabled": False}
+
+        bare = make_workspace(tmp_path / "bare")  # registered with no host: still not enough
+        assert client.post("/api/workspaces", json={"path": str(bare.path), "policy": POLICY}).status_code == 201
+        assert client.put("/api/autonomy", json={"enabled": True}).status_code == 409
+
+        hosted = make_workspace(tmp_path / "hosted")
+        made = client.post("/api/workspaces", json={"path": str(hosted.path), "host": MEMORY_HOST, "policy": POLICY})
+        assert made.status_code == 201, made.text
+        assert client.put("/api/autonomy", json={"enabled": True}).json() == {"enabled": True}
+        assert client.put("/api/autonomy", json={"enabled": False}).json() == {"enabled": False}
+
+
+def test_a_workspace_is_registered_listed_and_read(server, tmp_path):
+    ws = make_workspace(tmp_path / "one")
+    with server.client() as client:
+        made = client.post("/api/workspaces", json={"path": str(ws.path), "host": MEMORY_HOST, "policy": POLICY})
+        body = made.json()
+        assert made.status_code == 201 and body["path"] == str(ws.path) and body["has_host_connection"] is True
+        assert body["host"]["tasks"] == [{"id": "T1", "title": "Greet"}]
+        assert client.get(f"/api/workspaces/{body['id']}").json() == body
+        assert client.get("/api/workspaces").json() == {"workspaces": [body]}
+
+
+BAD = [
+    ("PUT", "/api/autonomy", {"json": {"enabled": "yes"}}, 422, "invalid"),
+    ("PUT", "/api/autonomy", {"json": {"enabled": True, "more": 1}}, 422, "invalid"),
+    ("PUT", "/api/autonomy", {"content": b"{not json"}, 400, "not_json"),
+    ("PUT", "/api/autonomy", {"json": [True]}, 400, "not_an_object"),
+    ("PUT", "/api/autonomy", {"content": b" " * 70_000}, 413, "too_large"),
+    ("POST", "/api/workspaces", {"json": {"path": "relative/ws"}}, 422, "invalid"),
+    ("POST", "/api/workspaces", {"json": {"path": "/nonexistent/ws"}}, 422, "not_a_worktree"),
+    ("POST", "/api/workspaces", {"json": {"path": "WS/src"}}, 422, "not_a_worktree"),
+    ("POST", "/api/workspaces", {"json": {"path": "WS", "policy": {"rules": [{"id": "r", "kind": "read",
+     "paths": ["**"], "decision": "maybe"}]}}}, 422, "invalid"),
+    ("POST", "/api/workspaces", {"json": {"path": "WS", "host": {"provider": "github"}}}, 422, "invalid"),
+    ("POST", "/api/workspaces", {"json": {"path": "WS", "colour": "red"}}, 422, "invalid"),
+    ("POST", "/api/workspaces", {"json": {"path": "WS"}}, 409, "workspace_exists"),
+    ("GET", "/api/workspaces/nope", {}, 404, "no_such_workspace"),
+    ("GET", "/api/nothing-here", {}, 404, "not_found"),
+    ("DELETE", "/api/autonomy", {}, 405, "method_not_allowed"),
+]  # fmt: skip
+
+
+def test_bad_input_on_every_endpoint_is_a_typed_4xx_and_changes_nothing(server, tmp_path):
+    ws = make_workspace(tmp_path / "ws", files={"src/a.txt": "a\n"})
+    with server.client() as client:
+        assert client.post("/api/workspaces", json={"path": str(ws.path), "host": MEMORY_HOST}).status_code == 201
+        before = (client.get("/api/autonomy").json(), client.get("/api/workspaces").json())
+        for method, path, kwargs, status, kind in BAD:
+            if "json" in kwargs and isinstance(kwargs["json"], dict) and isinstance(kwargs["json"].get("path"), str):
+                kwargs = {"json": {**kwargs["json"], "path": kwargs["json"]["path"].replace("WS", str(ws.path))}}
+            answer = client.request(method, path, **kwargs)
+            assert (answer.status_code, answer.json()["error"]["kind"]) == (status, kind), (method, path, answer.text)
+            assert answer.json()["error"]["message"]
+        assert (client.get("/api/autonomy").json(), client.get("/api/workspaces").json()) == before
+
+
+def test_a_policy_error_names_its_key(server, tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    rule = {"id": "r", "kind": "read", "paths": ["**"], "decision": "maybe"}
+    with server.client() as client:
+        answer = client.post("/api/workspaces", json={"path": str(ws.path), "policy": {"rules": [rule]}})
+    assert answer.json()["error"]["key"] == "policy.rules.0.decision"
+
+
+def test_the_switch_and_the_workspaces_survive_kill_9(server_factory, tmp_path):
+    first = server_factory()
+    ws = make_workspace(tmp_path / "ws")
+    with first.client() as client:
+        made = client.post("/api/workspaces", json={"path": str(ws.path), "host": MEMORY_HOST}).json()
+        assert client.put("/api/autonomy", json={"enabled": True}).status_code == 200
+    first.kill()  # SIGKILL: no shutdown of any kind
+
+    second = server_factory(first.state)
+    assert second.token == first.token
+    with second.client() as client:
+        assert client.get("/api/autonomy").json() == {"enabled": True}
+        assert client.get("/api/workspaces").json() == {"workspaces": [made]}
+
+
+def test_the_environment_sets_the_switch_at_start(server_factory, tmp_path):
+    with pytest.raises(RuntimeError, match="AGENTUP_AUTONOMY_ENABLED=1: autonomy needs a host connection"):
+        server_factory(tmp_path / "empty", env={"AGENTUP_AUTONOMY_ENABLED": "1"})
+    first = server_factory()
+    ws = make_workspace(tmp_path / "ws")
+    with first.client() as client:
+        assert client.post("/api/workspaces", json={"path": str(ws.path), "host": MEMORY_HOST}).status_code == 201
+    first.kill()
+    second = server_factory(first.state, env={"AGENTUP_AUTONOMY_ENABLED": "1"})
+    with second.client() as client:
+        assert client.get("/api/autonomy").json() == {"enabled": True}
