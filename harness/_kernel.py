@@ -105,6 +105,11 @@ class Kernel:
         return {"state": run.state, **where, "rule_ids": run.rule_ids}
 
     @property
+    def steering_pending(self) -> list[str]:
+        """Steering queued for the next turn boundary and not yet delivered."""
+        return list(self._controls.steering)
+
+    @property
     def transcript_bytes(self) -> int:
         """Bytes written to this run's transcript so far."""
         return self._run.transcript.bytes_written if self._run is not None else 0

@@ -6,10 +6,12 @@ changes nothing. Requests carry JSON objects of at most 64 KiB.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._config import PolicyConfig, QueueConfig
-from ._state import State, StateError
+from ._loops import Loop, Loops
+from ._modules import BindingError, agent_section
+from ._state import State, StateError, Workspace
 
 __all__ = ["create_app"]
 
@@ -60,6 +64,8 @@ class _Guard(BaseHTTPMiddleware):
 
 
 def create_app(state: State) -> Starlette:
+    loops = Loops(state)
+
     def endpoint(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
         async def respond(request: Request) -> Response:
             try:
@@ -100,15 +106,111 @@ def create_app(state: State) -> Starlette:
     async def get_workspace(request: Request) -> tuple[int, Any]:
         return 200, state.workspace(request.path_params["workspace_id"]).as_json()
 
+    def workspace_of(request: Request) -> Workspace:
+        return state.workspace(request.path_params["workspace_id"])
+
+    async def put_binding(request: Request) -> tuple[int, Any]:
+        workspace = workspace_of(request)
+        body = await _json_object(request)
+        try:
+            agent_section(body)
+        except BindingError as exc:
+            raise ApiError(422, "invalid", str(exc), key=exc.key) from None
+        live = loops.live(workspace.id)
+        if live is not None and live.module != body["module"]:
+            raise ApiError(409, "session_live", f"session {live.run_id} of module {live.module!r} is live: stop it "
+                           "before binding another module", session=live.run_id, module=live.module)  # fmt: skip
+        state.set_binding(workspace.id, body)
+        return 200, state.workspace(workspace.id).as_json()
+
+    async def delete_binding(request: Request) -> tuple[int, Any]:
+        workspace = workspace_of(request)
+        live = loops.live(workspace.id)
+        if live is not None:
+            raise ApiError(409, "session_live", f"session {live.run_id} is live: cancel it or let it end first",
+                           session=live.run_id, module=live.module)  # fmt: skip
+        state.set_binding(workspace.id, None)
+        return 200, state.workspace(workspace.id).as_json()
+
+    async def put_activation(request: Request) -> tuple[int, Any]:
+        workspace = workspace_of(request)
+        body = await _json_object(request)
+        active = body.get("active")
+        if set(body) != {"active"} or not isinstance(active, bool):
+            raise ApiError(422, "invalid", 'the body is {"active": true|false}', key="active")
+        if active:
+            loop = await loops.activate(workspace)
+            return 200, {"active": True, "session": loop.run_id}
+        live = loops.live(workspace.id)
+        if live is not None:
+            live.kernel.cancel()
+        return 200, {"active": False, "session": live.run_id if live else None}
+
+    async def get_loop(request: Request) -> tuple[int, Any]:
+        return 200, loop_status(workspace_of(request))
+
+    async def post_steering(request: Request) -> tuple[int, Any]:
+        workspace = workspace_of(request)
+        body = await _json_object(request)
+        text = body.get("text")
+        if set(body) != {"text"} or not isinstance(text, str) or not text.strip():
+            raise ApiError(422, "invalid", 'the body is {"text": "..."} (not empty)', key="text")
+        live = _live_or_409(loops, workspace)
+        live.kernel.steer(text)
+        return 202, {"queued": True, "pending": len(live.kernel.steering_pending), "session": live.run_id}
+
+    async def post_cancel(request: Request) -> tuple[int, Any]:
+        live = _live_or_409(loops, workspace_of(request))
+        live.kernel.cancel()
+        return 202, {"cancelling": True, "session": live.run_id}
+
+    async def get_sessions(request: Request) -> tuple[int, Any]:
+        return 200, {"sessions": state.runs(workspace_of(request).id)}
+
+    def loop_status(workspace: Workspace) -> dict[str, Any]:
+        """session.loop: state, task, iteration, rule ids, terminal and reason, the steering queue."""
+        live = loops.live(workspace.id)
+        if live is not None:
+            status = {k: v.value if isinstance(v, Enum) else v for k, v in live.kernel.status.items()}
+            return {**status, "session": live.run_id, "module": live.module,
+                    "steering": live.kernel.steering_pending}  # fmt: skip
+        history = state.runs(workspace.id)
+        if not history:
+            return {"state": "new", "session": None, "rule_ids": [], "steering": []}
+        last = history[-1]
+        return {"state": "ended", "session": last["id"], "module": last["module"], "terminal": last["terminal"],
+                "reason": last["reason"], "tasks": last["tasks"], "rule_ids": [], "steering": []}  # fmt: skip
+
     routes = [
         Route("/api/autonomy", endpoint(get_autonomy), methods=["GET"]),
         Route("/api/autonomy", endpoint(put_autonomy), methods=["PUT"]),
         Route("/api/workspaces", endpoint(list_workspaces), methods=["GET"]),
         Route("/api/workspaces", endpoint(add_workspace), methods=["POST"]),
         Route("/api/workspaces/{workspace_id}", endpoint(get_workspace), methods=["GET"]),
+        Route("/api/workspaces/{workspace_id}/agent/binding", endpoint(put_binding), methods=["PUT"]),
+        Route("/api/workspaces/{workspace_id}/agent/binding", endpoint(delete_binding), methods=["DELETE"]),
+        Route("/api/workspaces/{workspace_id}/agent/autonomy", endpoint(put_activation), methods=["PUT"]),
+        Route("/api/workspaces/{workspace_id}/loop", endpoint(get_loop), methods=["GET"]),
+        Route("/api/workspaces/{workspace_id}/loop/steering", endpoint(post_steering), methods=["POST"]),
+        Route("/api/workspaces/{workspace_id}/loop/cancel", endpoint(post_cancel), methods=["POST"]),
+        Route("/api/workspaces/{workspace_id}/sessions", endpoint(get_sessions), methods=["GET"]),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_Guard, state=state)],
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loops.recover()  # loops the last server left active: Failed/restarted, their agents ended
+        yield
+        await loops.stop_all()  # stopping cancels the loops in progress: each ends Cancelled
+
+    return Starlette(routes=routes, middleware=[Middleware(_Guard, state=state)], lifespan=lifespan,
                      exception_handlers={404: _not_found, 405: _not_allowed})  # fmt: skip
+
+
+def _live_or_409(loops: Loops, workspace: Workspace) -> Loop:
+    live = loops.live(workspace.id)
+    if live is None:
+        raise ApiError(409, "no_live_session", f"workspace {workspace.id} has no loop running")
+    return live
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

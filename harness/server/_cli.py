@@ -41,7 +41,7 @@ def _handle(args: argparse.Namespace) -> int:
     host, port = listener.getsockname()[:2]
     print(f"serving on http://{host}:{port} (state {state.directory}, token in {state.directory / 'token'})",
           file=sys.stderr, flush=True)  # fmt: skip
-    config = uvicorn.Config(create_app(state), log_level="warning", lifespan="off")
+    config = uvicorn.Config(create_app(state), log_level="warning", lifespan="on")
     try:
         asyncio.run(uvicorn.Server(config).serve(sockets=[listener]))
     finally:

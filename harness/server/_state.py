@@ -28,7 +28,20 @@ CREATE TABLE IF NOT EXISTS workspaces (
     path TEXT NOT NULL UNIQUE,
     queue TEXT,            -- the host connection, as a run config's queue: section (JSON); NULL: none
     policy TEXT NOT NULL,  -- the policy: section (JSON)
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    binding TEXT,          -- the bound agent module's request (JSON); NULL: unbound
+    active INTEGER NOT NULL DEFAULT 0  -- activated: a loop drains its queue (or did, when the server died)
+);
+CREATE TABLE IF NOT EXISTS runs (  -- the session history, keyed by workspace
+    id TEXT PRIMARY KEY,
+    workspace TEXT NOT NULL REFERENCES workspaces(id),
+    module TEXT NOT NULL,
+    transcript TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,            -- NULL while it runs (or when the server died under it)
+    terminal TEXT,
+    reason TEXT,           -- JSON
+    tasks TEXT             -- JSON: each task's id, terminal and reason
 );
 """
 
@@ -50,10 +63,13 @@ class Workspace:
     queue: dict[str, Any] | None
     policy: dict[str, Any]
     created: float
+    binding: dict[str, Any] | None = None
+    active: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "path": self.path, "host": self.queue, "policy": self.policy,
-                "has_host_connection": self.queue is not None}  # fmt: skip
+                "has_host_connection": self.queue is not None, "binding": self.binding,
+                "active": self.active}  # fmt: skip
 
 
 class State:
@@ -97,7 +113,7 @@ class State:
         workspace = Workspace(uuid.uuid4().hex[:12], path, queue, policy, time.time())
         with self._lock:
             try:
-                self._db.execute("INSERT INTO workspaces VALUES (?, ?, ?, ?, ?)", (
+                self._db.execute("INSERT INTO workspaces (id, path, queue, policy, created) VALUES (?, ?, ?, ?, ?)", (
                     workspace.id, path, None if queue is None else json.dumps(queue), json.dumps(policy),
                     workspace.created))  # fmt: skip
             except sqlite3.IntegrityError:
@@ -107,19 +123,60 @@ class State:
         return workspace
 
     def workspaces(self) -> list[Workspace]:
-        rows = self._db.execute("SELECT id, path, queue, policy, created FROM workspaces ORDER BY created, id")
+        rows = self._db.execute(f"SELECT {_COLUMNS} FROM workspaces ORDER BY created, id")
         return [_workspace(row) for row in rows.fetchall()]
 
     def workspace(self, workspace_id: str) -> Workspace:
-        row = self._db.execute("SELECT id, path, queue, policy, created FROM workspaces WHERE id = ?",
-                               (workspace_id,)).fetchone()  # fmt: skip
+        row = self._db.execute(f"SELECT {_COLUMNS} FROM workspaces WHERE id = ?", (workspace_id,)).fetchone()
         if row is None:
             raise StateError("no_such_workspace", f"no workspace {workspace_id!r}", status=404)
         return _workspace(row)
 
+    def set_binding(self, workspace_id: str, binding: dict[str, Any] | None) -> None:
+        self.workspace(workspace_id)
+        self._db.execute("UPDATE workspaces SET binding = ? WHERE id = ?", (_json(binding), workspace_id))
+
+    def set_active(self, workspace_id: str, active: bool) -> None:
+        self._db.execute("UPDATE workspaces SET active = ? WHERE id = ?", (int(active), workspace_id))
+
+    # --- the session history -------------------------------------------------------------------
+
+    def begin_run(self, run_id: str, workspace_id: str, module: str, transcript: str) -> None:
+        self._db.execute("INSERT INTO runs (id, workspace, module, transcript, started) VALUES (?, ?, ?, ?, ?)",
+                         (run_id, workspace_id, module, transcript, time.time()))  # fmt: skip
+
+    def end_run(self, run_id: str, terminal: str, reason: dict[str, Any], tasks: list[dict[str, Any]]) -> None:
+        self._db.execute("UPDATE runs SET ended = ?, terminal = ?, reason = ?, tasks = ? WHERE id = ?",
+                         (time.time(), terminal, json.dumps(reason), json.dumps(tasks), run_id))  # fmt: skip
+
+    def runs(self, workspace_id: str) -> list[dict[str, Any]]:
+        rows = self._db.execute("SELECT id, module, transcript, started, ended, terminal, reason, tasks FROM runs "
+                                "WHERE workspace = ? ORDER BY started, id", (workspace_id,)).fetchall()  # fmt: skip
+        keys = ("id", "module", "transcript", "started", "ended", "terminal", "reason", "tasks")
+        return [{k: json.loads(v) if k in ("reason", "tasks") and v is not None else v for k, v in zip(keys, row,
+                 strict=True)} for row in rows]  # fmt: skip
+
+    def restarted(self) -> list[str]:
+        """At start: every loop persisted active ended `Failed {kind: restarted}`, its workspace inactive;
+        the workspaces whose loop that was (their leftover agents are the caller's to end)."""
+        with self._lock:
+            active = [row[0] for row in self._db.execute("SELECT id FROM workspaces WHERE active = 1")]
+            self._db.execute("UPDATE runs SET ended = ?, terminal = 'Failed', reason = ? WHERE ended IS NULL",
+                             (time.time(), json.dumps({"kind": "restarted"})))  # fmt: skip
+            self._db.execute("UPDATE workspaces SET active = 0 WHERE active = 1")
+        return active
+
+
+_COLUMNS = "id, path, queue, policy, created, binding, active"
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
 
 def _workspace(row: tuple[Any, ...]) -> Workspace:
-    return Workspace(row[0], row[1], None if row[2] is None else json.loads(row[2]), json.loads(row[3]), row[4])
+    queue, binding = (None if value is None else json.loads(value) for value in (row[2], row[5]))
+    return Workspace(row[0], row[1], queue, json.loads(row[3]), row[4], binding, bool(row[6]))
 
 
 def _token(directory: Path) -> str:

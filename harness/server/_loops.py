@@ -1,0 +1,129 @@
+"""The loops the server runs: one kernel per active workspace, drained in the background.
+
+One workspace is never driven by two loops: inside a server the live table says so, and across servers on
+one machine a lock file in the workspace's git directory does (held for the whole run). A loop's end is
+written to the session history; a server stopping cancels its loops (each ends `Cancelled`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from .._config import parse_config
+from .._exceptions import ConfigError
+from .._kernel import Kernel
+from .._preconditions import check_git, find_git_dir, read_git_state
+from .._recovery import ActiveRuns
+from ._modules import BindingError, agent_section
+from ._state import State, StateError, Workspace
+
+__all__ = ["Loop", "Loops"]
+
+
+@dataclass
+class Loop:
+    run_id: str
+    workspace_id: str
+    module: str
+    kernel: Kernel
+    lock: FileLock
+    task: asyncio.Task[None] | None = None
+    ended: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+
+class Loops:
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.loops: dict[str, Loop] = {}  # the latest loop of each workspace this server ran
+
+    def live(self, workspace_id: str) -> Loop | None:
+        loop = self.loops.get(workspace_id)
+        return loop if loop is not None and loop.live else None
+
+    def transcripts(self, workspace: Workspace) -> Path:
+        return self.state.directory / "workspaces" / workspace.id / "transcripts"
+
+    def recover(self) -> None:
+        """At start: loops that were active when the server died end `Failed/restarted`, and what their
+        agents left running is ended (the kernel's own recovery, from each workspace's transcripts)."""
+        for workspace_id in self.state.restarted():
+            with contextlib.suppress(StateError, OSError):
+                ActiveRuns(self.transcripts(self.state.workspace(workspace_id))).recover()
+
+    async def activate(self, workspace: Workspace) -> Loop:
+        """Every precondition checked, each failure a typed StateError (409); then the loop starts."""
+        live = self.live(workspace.id)
+        if live is not None:
+            return live
+        if not self.state.autonomy_enabled:
+            raise StateError("autonomy_disabled", "the server's autonomy switch is off: PUT /api/autonomy first")
+        if workspace.binding is None:
+            raise StateError("not_bound", "no agent is bound: PUT .../agent/binding first")
+        try:
+            agent = agent_section(workspace.binding)
+        except BindingError as exc:
+            raise StateError("binding_unusable", str(exc), key=exc.key) from None
+        if not agent["supports_permission_requests"]:
+            raise StateError("agent_permission_support", f"the bound module {workspace.binding['module']!r} does "
+                             "not declare permission requests: autonomy needs them")  # fmt: skip
+        if not workspace.policy.get("rules"):
+            raise StateError("policy_non_empty", "the workspace's policy has no rule: autonomy needs at least one")
+        if workspace.queue is None:
+            raise StateError("no_host_connection", "the workspace has no host connection (queue)")
+        path = Path(workspace.path)
+        git_dir = find_git_dir(path)
+        stop = check_git(read_git_state(path, git_dir)) if git_dir is not None else None
+        if git_dir is None or stop is not None:
+            reason = dict(stop.reason) if stop is not None else {"check": "git_worktree"}
+            raise StateError("precondition", f"a precondition failed: {reason}", reason=reason)
+        lock = FileLock(git_dir / "loop-harness-server.lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise StateError("workspace_busy", f"another loop holds {lock.lock_file}: one workspace, one loop",
+                             lock=lock.lock_file) from None  # fmt: skip
+        try:
+            config = parse_config({"workspace": workspace.path, "agent": agent, "policy": workspace.policy,
+                                   "queue": workspace.queue, "transcripts": str(self.transcripts(workspace))},
+                                  base_dir=self.state.directory)  # fmt: skip
+        except ConfigError as exc:
+            lock.release()
+            raise StateError("config", str(exc), key=exc.key) from None
+        run_id = uuid.uuid4().hex[:12]
+        kernel = Kernel(config)
+        loop = Loop(run_id, workspace.id, workspace.binding["module"], kernel, lock)
+        self.state.begin_run(run_id, workspace.id, loop.module, str(kernel.transcript_path))
+        self.state.set_active(workspace.id, True)
+        loop.task = asyncio.create_task(self._drive(loop), name=f"loop-{workspace.id}")
+        self.loops[workspace.id] = loop
+        return loop
+
+    async def _drive(self, loop: Loop) -> None:
+        try:
+            result = await loop.kernel.run()
+            loop.ended = {"terminal": result.terminal.value, "reason": result.reason}
+            self.state.end_run(loop.run_id, result.terminal.value, result.reason, [t.to_json() for t in result.tasks])
+        except Exception as exc:  # the kernel's own fault: the history still says how the loop ended
+            loop.ended = {"terminal": "Failed", "reason": {"kind": "kernel_error", "error": repr(exc)}}
+            self.state.end_run(loop.run_id, "Failed", loop.ended["reason"], [])
+        finally:
+            self.state.set_active(loop.workspace_id, False)
+            loop.lock.release()
+
+    async def stop_all(self) -> None:
+        """The server is stopping: every loop is cancelled (`Cancelled`) and awaited."""
+        live = [loop for loop in self.loops.values() if loop.live]
+        for loop in live:
+            loop.kernel.cancel()
+        await asyncio.gather(*(loop.task for loop in live if loop.task is not None), return_exceptions=True)

@@ -1,0 +1,197 @@
+"""Loops driven through the control server: bind, activate, watch a queue drain, steer, cancel, the
+preconditions each typed, history kept, kill -9 and restart, and one workspace never driven by two loops."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import read_transcript
+from harness.pytest_plugin import LOOP_E2E
+from harness.testing import OUT_RULES, make_workspace, write_yaml
+from scripted_agents.presets import turn, write_turn
+
+pytestmark = LOOP_E2E
+
+TASKS = [{"id": "T1", "title": "First"}, {"id": "T2", "title": "Second"}]
+POLICY = {"rules": OUT_RULES}
+
+
+def setup_workspace(client, tmp_path, scenario, *, tasks=TASKS, policy=POLICY, name="ws"):
+    """A worktree (out/ ignored) registered with a memory host, the scripted agent bound, autonomy on."""
+    ws = make_workspace(tmp_path / name, ignore=["out/"])
+    path = write_yaml(tmp_path / f"{name}-scenario.yaml", scenario)
+    made = client.post("/api/workspaces", json={"path": str(ws.path), "host": {"provider": "memory", "tasks": tasks},
+                                                "policy": policy})  # fmt: skip
+    assert made.status_code == 201, made.text
+    workspace_id = made.json()["id"]
+    assert client.put("/api/autonomy", json={"enabled": True}).status_code == 200
+    bound = client.put(f"/api/workspaces/{workspace_id}/agent/binding", json={"module": "scripted",
+                                                                             "scenario": str(path)})  # fmt: skip
+    assert bound.status_code == 200, bound.text
+    return ws, workspace_id
+
+
+def wait_for(client, workspace_id, predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
+        if predicate(status):
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"the loop never got there: {status}")
+
+
+WRITES = {"tasks": [{"turns": [write_turn("out/result.txt", "done\n")]}]}
+HANGS = {"tasks": [{"turns": [turn({"message": "working"}, {"hang": True})]}]}
+
+
+def test_an_activated_workspace_drains_its_queue(server, tmp_path):
+    with server.client() as client:
+        ws, workspace_id = setup_workspace(client, tmp_path, WRITES)
+        assert client.get(f"/api/workspaces/{workspace_id}/loop").json()["state"] == "new"
+        activated = client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        assert activated.status_code == 200, activated.text
+
+        status = wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+
+        assert (status["terminal"], status["reason"]) == ("Idle", {"kind": "queue_empty", "completed": 2})
+        assert [(t["id"], t["terminal"]) for t in status["tasks"]] == [("T1", "Completed"), ("T2", "Completed")]
+        assert (ws.path / "out" / "result.txt").read_text() == "done\n"
+        sessions = client.get(f"/api/workspaces/{workspace_id}/sessions").json()["sessions"]
+        assert [(s["id"], s["module"], s["terminal"]) for s in sessions] == [(status["session"], "scripted", "Idle")]
+        assert client.get(f"/api/workspaces/{workspace_id}").json()["active"] is False
+
+
+def test_steering_is_queued_and_cancel_ends_the_loop_cancelled(server, tmp_path):
+    with server.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, HANGS)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        running = wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T1")
+
+        steered = client.post(f"/api/workspaces/{workspace_id}/loop/steering", json={"text": "mind the tests"})
+        assert steered.status_code == 202 and steered.json()["session"] == running["session"]
+        assert client.get(f"/api/workspaces/{workspace_id}/loop").json()["steering"] == ["mind the tests"]
+
+        other = client.put(
+            f"/api/workspaces/{workspace_id}/agent/binding",
+            json={"module": "command", "command": ["true"], "supports_permission_requests": True},
+        )
+        assert other.status_code == 409 and other.json()["error"]["session"] == running["session"]
+        assert client.delete(f"/api/workspaces/{workspace_id}/agent/binding").status_code == 409
+
+        assert client.post(f"/api/workspaces/{workspace_id}/loop/cancel").status_code == 202
+        ended = wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+        assert ended["terminal"] == "Cancelled"
+        assert client.post(f"/api/workspaces/{workspace_id}/loop/cancel").json()["error"]["kind"] == "no_live_session"
+        assert client.delete(f"/api/workspaces/{workspace_id}/agent/binding").status_code == 200
+
+
+@pytest.mark.parametrize("broken", ["autonomy_disabled", "not_bound", "agent_permission_support", "policy_non_empty",
+                                    "precondition"])  # fmt: skip
+def test_each_activation_precondition_is_typed(server, tmp_path, broken):
+    with server.client() as client:
+        policy = {"rules": []} if broken == "policy_non_empty" else POLICY
+        ws, workspace_id = setup_workspace(client, tmp_path, WRITES, policy=policy)
+        if broken == "autonomy_disabled":
+            client.put("/api/autonomy", json={"enabled": False})
+        elif broken == "not_bound":
+            client.delete(f"/api/workspaces/{workspace_id}/agent/binding")
+        elif broken == "agent_permission_support":
+            client.put(f"/api/workspaces/{workspace_id}/agent/binding", json={"module": "command", "command": ["x"]})
+        elif broken == "precondition":
+            ws.write("README.md", "changed by nobody's task\n")
+
+        answer = client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+
+        assert answer.status_code == 409 and answer.json()["error"]["kind"] == broken, answer.text
+        if broken == "precondition":
+            assert answer.json()["error"]["reason"]["check"] == "git_clean_tree"
+        assert client.get(f"/api/workspaces/{workspace_id}/loop").json()["state"] == "new"  # nothing started
+        assert client.get(f"/api/workspaces/{workspace_id}").json()["active"] is False
+
+
+def test_kill_9_mid_run_then_restart_marks_it_failed_restarted_and_ends_its_agent(server_factory, tmp_path):
+    first = server_factory()
+    with first.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, HANGS)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        running = wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T1")
+    agents = [p for p in psutil.process_iter(["cmdline"]) if "ws-scenario.yaml" in " ".join(p.info["cmdline"] or [])]
+    assert agents, "the scripted agent is running"
+    first.kill()
+
+    second = server_factory(first.state)
+    with second.client() as client:
+        status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
+        assert (status["state"], status["session"], status["terminal"], status["reason"]) == (
+            "ended",
+            running["session"],
+            "Failed",
+            {"kind": "restarted"},
+        )
+        assert client.get(f"/api/workspaces/{workspace_id}").json()["active"] is False
+    gone = psutil.wait_procs(agents, timeout=10)[1] == []
+    assert gone, f"left running: {[p.pid for p in agents if p.is_running()]}"
+
+
+def test_a_task_completed_before_kill_9_is_skipped_after_the_restart(server_factory, tmp_path):
+    """T1 completes, the server dies during T2; activated again after the restart, the loop skips T1."""
+    first = server_factory()
+    t1_then_hang = {"tasks": [{"id": "T1", "turns": [write_turn("out/result.txt", "done\n")]},
+                              {"id": "T2", "turns": [turn({"hang": True})]}]}  # fmt: skip
+    with first.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, t1_then_hang)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T2")
+    first.kill()
+
+    second = server_factory(first.state)
+    with second.client() as client:
+        assert client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True}).status_code == 200
+        wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T2")
+        sessions = client.get(f"/api/workspaces/{workspace_id}/sessions").json()["sessions"]
+        assert [s["terminal"] for s in sessions] == ["Failed", None]  # the dead one, and this one running
+        skipped = [r for r in read_transcript(Path(sessions[1]["transcript"])) if r["type"] == "task_skipped"]
+        assert [r["task"]["id"] for r in skipped] == ["T1"], skipped
+        client.post(f"/api/workspaces/{workspace_id}/loop/cancel")
+        wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+
+
+def test_one_workspace_is_never_driven_by_two_servers(server_factory, tmp_path):
+    a = server_factory(tmp_path / "state-a")
+    b = server_factory(tmp_path / "state-b")
+    with a.client() as client_a, b.client() as client_b:
+        ws, id_a = setup_workspace(client_a, tmp_path, HANGS)
+        made = client_b.post("/api/workspaces", json={"path": str(ws.path), "policy": POLICY,
+                                                      "host": {"provider": "memory", "tasks": TASKS}})  # fmt: skip
+        id_b = made.json()["id"]
+        client_b.put("/api/autonomy", json={"enabled": True})
+        client_b.put(f"/api/workspaces/{id_b}/agent/binding", json={"module": "scripted", "scenario": str(
+            tmp_path / "ws-scenario.yaml")})  # fmt: skip
+        client_a.put(f"/api/workspaces/{id_a}/agent/autonomy", json={"active": True})
+        wait_for(client_a, id_a, lambda s: s["state"] == "running")
+
+        refused = client_b.put(f"/api/workspaces/{id_b}/agent/autonomy", json={"active": True})
+
+        assert refused.status_code == 409 and refused.json()["error"]["kind"] == "workspace_busy", refused.text
+        client_a.post(f"/api/workspaces/{id_a}/loop/cancel")
+        wait_for(client_a, id_a, lambda s: s["state"] == "ended")
+
+
+def test_stopping_the_server_cancels_its_loops(server_factory, tmp_path):
+    first = server_factory()
+    with first.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, HANGS)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T1")
+    first.kill(signal.SIGTERM)  # uvicorn's graceful stop: the loops are cancelled, then it re-raises the signal
+
+    second = server_factory(first.state)
+    with second.client() as client:
+        status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
+        assert (status["terminal"], status["reason"]["kind"]) == ("Cancelled", "user_cancel"), status
