@@ -6,6 +6,7 @@ changes nothing. Requests carry JSON objects of at most 64 KiB.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import secrets
@@ -20,7 +21,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._config import PolicyConfig, QueueConfig
@@ -164,6 +165,27 @@ def create_app(state: State) -> Starlette:
         live.kernel.cancel()
         return 202, {"cancelling": True, "session": live.run_id}
 
+    async def loop_events(request: Request) -> Response:
+        """Server-sent events: the loop status each time it changes (checked every 100 ms), ending with the
+        session's end, or at once with the last one when no loop runs."""
+        try:
+            workspace = workspace_of(request)
+        except StateError as exc:
+            return error(exc.status, exc.kind, str(exc), **exc.detail)
+
+        async def events() -> AsyncIterator[str]:
+            last = None
+            while not await request.is_disconnected():
+                status = loop_status(workspace)
+                if status != last:
+                    yield f"event: loop\ndata: {json.dumps(status)}\n\n"
+                    last = status
+                if loops.live(workspace.id) is None and status["state"] != "running":
+                    return
+                await asyncio.sleep(0.1)
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
     async def get_sessions(request: Request) -> tuple[int, Any]:
         return 200, {"sessions": state.runs(workspace_of(request).id)}
 
@@ -191,6 +213,7 @@ def create_app(state: State) -> Starlette:
         Route("/api/workspaces/{workspace_id}/agent/binding", endpoint(delete_binding), methods=["DELETE"]),
         Route("/api/workspaces/{workspace_id}/agent/autonomy", endpoint(put_activation), methods=["PUT"]),
         Route("/api/workspaces/{workspace_id}/loop", endpoint(get_loop), methods=["GET"]),
+        Route("/api/workspaces/{workspace_id}/loop/events", loop_events, methods=["GET"]),
         Route("/api/workspaces/{workspace_id}/loop/steering", endpoint(post_steering), methods=["POST"]),
         Route("/api/workspaces/{workspace_id}/loop/cancel", endpoint(post_cancel), methods=["POST"]),
         Route("/api/workspaces/{workspace_id}/sessions", endpoint(get_sessions), methods=["GET"]),

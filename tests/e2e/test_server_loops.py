@@ -3,6 +3,8 @@ preconditions each typed, history kept, kill -9 and restart, and one workspace n
 
 from __future__ import annotations
 
+import itertools
+import json
 import signal
 import time
 from pathlib import Path
@@ -195,3 +197,61 @@ def test_stopping_the_server_cancels_its_loops(server_factory, tmp_path):
     with second.client() as client:
         status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
         assert (status["terminal"], status["reason"]["kind"]) == ("Cancelled", "user_cancel"), status
+
+
+def test_the_loop_is_watched_as_server_sent_events(server, tmp_path):
+    with server.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, WRITES)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        seen = []
+        with client.stream("GET", f"/api/workspaces/{workspace_id}/loop/events") as events:
+            assert events.headers["content-type"].startswith("text/event-stream")
+            for line in events.iter_lines():
+                if line.startswith("data: "):
+                    seen.append(json.loads(line[len("data: ") :]))
+        assert seen[-1]["state"] == "ended" and seen[-1]["terminal"] == "Idle"
+        assert all(a != b for a, b in itertools.pairwise(seen))  # an event is a change
+        assert {s.get("task") for s in seen if s["state"] == "running"} <= {None, "T1", "T2"}
+        # with no loop running the stream gives the last status and ends
+        with client.stream("GET", f"/api/workspaces/{workspace_id}/loop/events") as events:
+            lines = [line for line in events.iter_lines() if line.startswith("data: ")]
+        assert [json.loads(line[6:])["terminal"] for line in lines] == ["Idle"]
+        assert client.get("/api/workspaces/nope/loop/events").status_code == 404
+
+
+def test_loops_in_one_server_never_cross_one_hostile(server, tmp_path):
+    """Three workspaces at once: two well-behaved agents, one hostile that tries to write into another's
+    worktree itself (the sandbox stops it) and through the client (the policy refuses: BlockedPolicy)."""
+    slow = {"tasks": [{"turns": [turn({"sleep": 0.3}, *write_turn("out/result.txt", "done\n")["steps"])]}]}
+    tasks = [{"id": f"T{i}", "title": f"task {i}"} for i in range(1, 4)]
+    with server.client() as client:
+        a, id_a = setup_workspace(client, tmp_path, slow, tasks=tasks, name="a")
+        b, id_b = setup_workspace(client, tmp_path, slow, tasks=tasks, name="b")
+        target = b.path / "out" / "stolen.txt"
+        hostile = {"tasks": [{"turns": [turn(
+            {"run": {"script": f"echo pwned > {target}; echo pwned > {b.path}/README.md; cat {a.path}/README.md"}},
+            {"write": {"path": str(target), "content": "pwned\n"}},
+        )]}]}  # fmt: skip
+        _, id_h = setup_workspace(client, tmp_path, hostile, tasks=tasks[:1], name="h")
+        for workspace_id in (id_a, id_b, id_h):
+            assert (
+                client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True}).status_code == 200
+            )
+        wait_for(client, id_a, lambda s: s["state"] == "running")
+        client.post(f"/api/workspaces/{id_a}/loop/steering", json={"text": "only for a"})
+
+        ended = {w: wait_for(client, w, lambda s: s["state"] == "ended") for w in (id_a, id_b, id_h)}
+
+    assert [ended[w]["terminal"] for w in (id_a, id_b)] == ["Idle", "Idle"]
+    assert all(t["terminal"] == "Completed" for w in (id_a, id_b) for t in ended[w]["tasks"])
+    assert ended[id_h]["terminal"] == "BlockedPolicy", ended[id_h]
+    assert not target.exists() and (b.path / "README.md").read_text() == "A workspace for loop-harness.\n"
+    assert b.git("status", "--porcelain") == ""
+    with server.client() as client:
+        transcripts = {w: Path(client.get(f"/api/workspaces/{w}/sessions").json()["sessions"][0]["transcript"])
+                       for w in (id_a, id_b, id_h)}  # fmt: skip
+    assert len(set(transcripts.values())) == 3
+    text = {w: p.read_text() for w, p in transcripts.items()}
+    assert str(b.path) not in text[id_a] and str(a.path) not in text[id_b]  # nobody's records in another's
+    steered = [w for w, p in transcripts.items() if any(r["type"] == "steer_queued" for r in read_transcript(p))]
+    assert steered == [id_a]
