@@ -24,9 +24,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .._config import PolicyConfig, QueueConfig
+from .._config import PolicyConfig, QueueConfig, SandboxConfig
 from ._loops import Loop, Loops
 from ._modules import BindingError, agent_section
+from ._pending import Pending
 from ._state import State, StateError, Workspace
 
 __all__ = ["create_app"]
@@ -64,7 +65,8 @@ class _Guard(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-def create_app(state: State) -> Starlette:
+def create_app(state: State, *, allow_once_after_s: float = 15.0) -> Starlette:
+    """`allow_once_after_s`: seed 002's idle allow-once countdown (0 turns it off)."""
     loops = Loops(state)
 
     def endpoint(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
@@ -95,14 +97,15 @@ def create_app(state: State) -> Starlette:
 
     async def add_workspace(request: Request) -> tuple[int, Any]:
         body = await _json_object(request)
-        unknown = set(body) - {"path", "host", "policy"}
+        unknown = set(body) - {"path", "host", "policy", "sandbox"}
         if unknown:
-            raise ApiError(422, "invalid", f"unknown keys {sorted(unknown)} (known: path, host, policy)",
+            raise ApiError(422, "invalid", f"unknown keys {sorted(unknown)} (known: path, host, policy, sandbox)",
                            key=sorted(unknown)[0])  # fmt: skip
         path = _worktree(body.get("path"))
         host = _validated(QueueConfig, body.get("host"), "host") if body.get("host") is not None else None
         policy = _validated(PolicyConfig, body.get("policy", {}), "policy")
-        return 201, state.add_workspace(path, host, policy).as_json()
+        sandbox = _validated(SandboxConfig, body["sandbox"], "sandbox") if body.get("sandbox") is not None else None
+        return 201, state.add_workspace(path, host, policy, sandbox).as_json()
 
     async def get_workspace(request: Request) -> tuple[int, Any]:
         return 200, state.workspace(request.path_params["workspace_id"]).as_json()
@@ -186,6 +189,46 @@ def create_app(state: State) -> Starlette:
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
+    async def post_prompt(request: Request) -> tuple[int, Any]:
+        """A single-prompt session; with an empty policy, the interactive path (permissions over the API)."""
+        workspace = workspace_of(request)
+        body = await _json_object(request)
+        text = body.get("text")
+        if set(body) != {"text"} or not isinstance(text, str) or not text.strip():
+            raise ApiError(422, "invalid", 'the body is {"text": "..."} (not empty)', key="text")
+        loop = loops.start_prompt(workspace, text, allow_once_after_s)
+        return 202, {"session": loop.run_id, "interactive": loop.pending is not None}
+
+    def pending_of(workspace: Workspace) -> Pending:
+        live = _live_or_409(loops, workspace)
+        if live.pending is None:
+            raise ApiError(409, "not_interactive", f"session {live.run_id} is decided by the policy, not a person")
+        return live.pending
+
+    async def get_permissions(request: Request) -> tuple[int, Any]:
+        workspace = workspace_of(request)
+        live = loops.live(workspace.id)
+        waiting = live.pending.listing() if live is not None and live.pending is not None else []
+        return 200, {"pending": waiting}
+
+    async def answer_permission(request: Request) -> tuple[int, Any]:
+        pending = pending_of(workspace_of(request))
+        body = await _json_object(request)
+        request_id = request.path_params["request_id"]
+        waiting = pending.requests.get(request_id)
+        if waiting is None:
+            raise ApiError(404, "no_such_request", f"no pending request {request_id!r}")
+        options = {o.get("optionId") for o in waiting.params.get("options") or []}
+        if body == {"outcome": "cancelled"}:
+            outcome: dict[str, Any] = {"outcome": "cancelled"}
+        elif set(body) == {"optionId"} and body["optionId"] in options:
+            outcome = {"outcome": "selected", "optionId": body["optionId"]}
+        else:
+            raise ApiError(422, "invalid", f'the body is {{"optionId": one of {sorted(options)}}} or '
+                           '{"outcome": "cancelled"}', key="optionId")  # fmt: skip
+        pending.reply(request_id, outcome)
+        return 200, {"answered": request_id, **outcome}
+
     async def get_sessions(request: Request) -> tuple[int, Any]:
         return 200, {"sessions": state.runs(workspace_of(request).id)}
 
@@ -217,6 +260,9 @@ def create_app(state: State) -> Starlette:
         Route("/api/workspaces/{workspace_id}/loop/steering", endpoint(post_steering), methods=["POST"]),
         Route("/api/workspaces/{workspace_id}/loop/cancel", endpoint(post_cancel), methods=["POST"]),
         Route("/api/workspaces/{workspace_id}/sessions", endpoint(get_sessions), methods=["GET"]),
+        Route("/api/workspaces/{workspace_id}/prompt", endpoint(post_prompt), methods=["POST"]),
+        Route("/api/workspaces/{workspace_id}/permissions", endpoint(get_permissions), methods=["GET"]),
+        Route("/api/workspaces/{workspace_id}/permissions/{request_id}", endpoint(answer_permission), methods=["POST"]),
     ]
 
     @contextlib.asynccontextmanager
@@ -257,7 +303,7 @@ async def _json_object(request: Request) -> dict[str, Any]:
     return body
 
 
-def _validated(model: type[QueueConfig] | type[PolicyConfig], value: Any, key: str) -> dict[str, Any]:
+def _validated(model: type[QueueConfig | PolicyConfig | SandboxConfig], value: Any, key: str) -> dict[str, Any]:
     try:
         return model.model_validate(value).model_dump(mode="json", exclude_defaults=True)
     except ValidationError as exc:

@@ -20,6 +20,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     serve.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     serve.add_argument("--state", type=Path, default=Path("loop-harness-state"),
                        help="the state directory: state.db (SQLite) and the bearer token")  # fmt: skip
+    serve.add_argument("--allow-once-after", type=float, metavar="S",
+                       default=float(os.environ.get("LOOP_HARNESS_ALLOW_ONCE_AFTER_S", "15")),
+                       help="seed 002's idle allow-once countdown, seconds (default 15; 0 turns it off)")  # fmt: skip
     serve.set_defaults(handler=_handle)
 
 
@@ -41,7 +44,8 @@ def _handle(args: argparse.Namespace) -> int:
     host, port = listener.getsockname()[:2]
     print(f"serving on http://{host}:{port} (state {state.directory}, token in {state.directory / 'token'})",
           file=sys.stderr, flush=True)  # fmt: skip
-    config = uvicorn.Config(create_app(state), log_level="warning", lifespan="on")
+    app = create_app(state, allow_once_after_s=args.allow_once_after)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
     try:
         asyncio.run(uvicorn.Server(config).serve(sockets=[listener]))
     finally:

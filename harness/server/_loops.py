@@ -22,6 +22,7 @@ from .._kernel import Kernel
 from .._preconditions import check_git, find_git_dir, read_git_state
 from .._recovery import ActiveRuns
 from ._modules import BindingError, agent_section
+from ._pending import Pending
 from ._state import State, StateError, Workspace
 
 __all__ = ["Loop", "Loops"]
@@ -36,6 +37,8 @@ class Loop:
     lock: FileLock
     task: asyncio.Task[None] | None = None
     ended: dict[str, Any] = field(default_factory=dict)
+    pending: Pending | None = None  # an interactive session's requests waiting for a person
+    prompt: str | None = None  # a single-prompt session's prompt
 
     @property
     def live(self) -> bool:
@@ -81,6 +84,29 @@ class Loops:
             raise StateError("policy_non_empty", "the workspace's policy has no rule: autonomy needs at least one")
         if workspace.queue is None:
             raise StateError("no_host_connection", "the workspace has no host connection (queue)")
+        return self._start(workspace, agent)
+
+    def start_prompt(self, workspace: Workspace, text: str, countdown_s: float) -> Loop:
+        """A single-prompt session (autonomy not needed): with no policy rule, the interactive path, whose
+        permission requests wait in `loop.pending` for a person (or the allow-once countdown)."""
+        live = self.live(workspace.id)
+        if live is not None:
+            raise StateError("session_live", f"session {live.run_id} is live", session=live.run_id)
+        if workspace.binding is None:
+            raise StateError("not_bound", "no agent is bound: PUT .../agent/binding first")
+        try:
+            agent = agent_section(workspace.binding)
+        except BindingError as exc:
+            raise StateError("binding_unusable", str(exc), key=exc.key) from None
+        pending = None
+        if not workspace.policy.get("rules"):
+            sandbox_off = (workspace.sandbox or {}).get("mode") == "off"
+            pending = Pending(countdown_s, lambda: self.state.autonomy_enabled and sandbox_off)
+        return self._start(workspace, agent, prompt=text, pending=pending)
+
+    def _start(self, workspace: Workspace, agent: dict[str, Any], *, prompt: str | None = None,
+               pending: Pending | None = None) -> Loop:  # fmt: skip
+        assert workspace.binding is not None
         path = Path(workspace.path)
         git_dir = find_git_dir(path)
         stop = check_git(read_git_state(path, git_dir)) if git_dir is not None else None
@@ -94,24 +120,26 @@ class Loops:
             raise StateError("workspace_busy", f"another loop holds {lock.lock_file}: one workspace, one loop",
                              lock=lock.lock_file) from None  # fmt: skip
         try:
-            config = parse_config({"workspace": workspace.path, "agent": agent, "policy": workspace.policy,
-                                   "queue": workspace.queue, "transcripts": str(self.transcripts(workspace))},
-                                  base_dir=self.state.directory)  # fmt: skip
+            data = {"workspace": workspace.path, "agent": agent, "policy": workspace.policy,
+                    "queue": workspace.queue or {}, "transcripts": str(self.transcripts(workspace))}  # fmt: skip
+            if workspace.sandbox is not None:
+                data["sandbox"] = workspace.sandbox
+            config = parse_config(data, base_dir=self.state.directory)
         except ConfigError as exc:
             lock.release()
             raise StateError("config", str(exc), key=exc.key) from None
         run_id = uuid.uuid4().hex[:12]
-        kernel = Kernel(config)
-        loop = Loop(run_id, workspace.id, workspace.binding["module"], kernel, lock)
+        kernel = Kernel(config, interactive_handler=pending.handler if pending is not None else None)
+        loop = Loop(run_id, workspace.id, workspace.binding["module"], kernel, lock, pending=pending, prompt=prompt)
         self.state.begin_run(run_id, workspace.id, loop.module, str(kernel.transcript_path))
-        self.state.set_active(workspace.id, True)
+        self.state.set_active(workspace.id, prompt is None)
         loop.task = asyncio.create_task(self._drive(loop), name=f"loop-{workspace.id}")
         self.loops[workspace.id] = loop
         return loop
 
     async def _drive(self, loop: Loop) -> None:
         try:
-            result = await loop.kernel.run()
+            result = await loop.kernel.run(prompt=loop.prompt)
             loop.ended = {"terminal": result.terminal.value, "reason": result.reason}
             self.state.end_run(loop.run_id, result.terminal.value, result.reason, [t.to_json() for t in result.tasks])
         except Exception as exc:  # the kernel's own fault: the history still says how the loop ended

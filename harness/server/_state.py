@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS workspaces (
     policy TEXT NOT NULL,  -- the policy: section (JSON)
     created REAL NOT NULL,
     binding TEXT,          -- the bound agent module's request (JSON); NULL: unbound
-    active INTEGER NOT NULL DEFAULT 0  -- activated: a loop drains its queue (or did, when the server died)
+    active INTEGER NOT NULL DEFAULT 0,  -- activated: a loop drains its queue (or did, when the server died)
+    sandbox TEXT           -- the sandbox: section (JSON); NULL: the run default (workspace-write)
 );
 CREATE TABLE IF NOT EXISTS runs (  -- the session history, keyed by workspace
     id TEXT PRIMARY KEY,
@@ -65,11 +66,12 @@ class Workspace:
     created: float
     binding: dict[str, Any] | None = None
     active: bool = False
+    sandbox: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "path": self.path, "host": self.queue, "policy": self.policy,
                 "has_host_connection": self.queue is not None, "binding": self.binding,
-                "active": self.active}  # fmt: skip
+                "active": self.active, "sandbox": self.sandbox}  # fmt: skip
 
 
 class State:
@@ -109,13 +111,15 @@ class State:
 
     # --- workspaces ----------------------------------------------------------------------------
 
-    def add_workspace(self, path: str, queue: dict[str, Any] | None, policy: dict[str, Any]) -> Workspace:
-        workspace = Workspace(uuid.uuid4().hex[:12], path, queue, policy, time.time())
+    def add_workspace(
+        self, path: str, queue: dict[str, Any] | None, policy: dict[str, Any], sandbox: dict[str, Any] | None = None
+    ) -> Workspace:
+        workspace = Workspace(uuid.uuid4().hex[:12], path, queue, policy, time.time(), sandbox=sandbox)
         with self._lock:
             try:
-                self._db.execute("INSERT INTO workspaces (id, path, queue, policy, created) VALUES (?, ?, ?, ?, ?)", (
-                    workspace.id, path, None if queue is None else json.dumps(queue), json.dumps(policy),
-                    workspace.created))  # fmt: skip
+                self._db.execute("INSERT INTO workspaces (id, path, queue, policy, created, sandbox) VALUES "
+                                 "(?, ?, ?, ?, ?, ?)", (workspace.id, path, _json(queue), json.dumps(policy),
+                                                        workspace.created, _json(sandbox)))  # fmt: skip
             except sqlite3.IntegrityError:
                 existing = self._db.execute("SELECT id FROM workspaces WHERE path = ?", (path,)).fetchone()
                 raise StateError("workspace_exists", f"{path} is already registered as {existing[0]}",
@@ -167,7 +171,7 @@ class State:
         return active
 
 
-_COLUMNS = "id, path, queue, policy, created, binding, active"
+_COLUMNS = "id, path, queue, policy, created, binding, active, sandbox"
 
 
 def _json(value: Any) -> str | None:
@@ -175,8 +179,8 @@ def _json(value: Any) -> str | None:
 
 
 def _workspace(row: tuple[Any, ...]) -> Workspace:
-    queue, binding = (None if value is None else json.loads(value) for value in (row[2], row[5]))
-    return Workspace(row[0], row[1], queue, json.loads(row[3]), row[4], binding, bool(row[6]))
+    queue, binding, sandbox = (None if value is None else json.loads(value) for value in (row[2], row[5], row[7]))
+    return Workspace(row[0], row[1], queue, json.loads(row[3]), row[4], binding, bool(row[6]), sandbox)
 
 
 def _token(directory: Path) -> str:
