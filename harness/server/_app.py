@@ -229,6 +229,21 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0) -> Starlette:
         pending.reply(request_id, outcome)
         return 200, {"answered": request_id, **outcome}
 
+    async def resume_session(request: Request) -> tuple[int, Any]:
+        """Activate again after an earlier session (its completed tasks are skipped): refused, typed, when that
+        session ran another module than the one bound now."""
+        workspace = workspace_of(request)
+        session_id = request.path_params["session_id"]
+        earlier = next((r for r in state.runs(workspace.id) if r["id"] == session_id), None)
+        if earlier is None:
+            raise ApiError(404, "no_such_session", f"workspace {workspace.id} has no session {session_id!r}")
+        bound = (workspace.binding or {}).get("module")
+        if earlier["module"] != bound:
+            message = f"session {session_id} ran {earlier['module']!r}, the bound module is {bound!r}"
+            raise ApiError(409, "module_mismatch", message, session=session_id, module=earlier["module"], bound=bound)
+        loop = await loops.activate(workspace)
+        return 200, {"active": True, "session": loop.run_id, "resumes": session_id}
+
     async def get_sessions(request: Request) -> tuple[int, Any]:
         return 200, {"sessions": state.runs(workspace_of(request).id)}
 
@@ -260,6 +275,9 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0) -> Starlette:
         Route("/api/workspaces/{workspace_id}/loop/steering", endpoint(post_steering), methods=["POST"]),
         Route("/api/workspaces/{workspace_id}/loop/cancel", endpoint(post_cancel), methods=["POST"]),
         Route("/api/workspaces/{workspace_id}/sessions", endpoint(get_sessions), methods=["GET"]),
+        Route(
+            "/api/workspaces/{workspace_id}/sessions/{session_id}/resume", endpoint(resume_session), methods=["POST"]
+        ),
         Route("/api/workspaces/{workspace_id}/prompt", endpoint(post_prompt), methods=["POST"]),
         Route("/api/workspaces/{workspace_id}/permissions", endpoint(get_permissions), methods=["GET"]),
         Route("/api/workspaces/{workspace_id}/permissions/{request_id}", endpoint(answer_permission), methods=["POST"]),

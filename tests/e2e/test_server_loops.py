@@ -255,3 +255,32 @@ def test_loops_in_one_server_never_cross_one_hostile(server, tmp_path):
     assert str(b.path) not in text[id_a] and str(a.path) not in text[id_b]  # nobody's records in another's
     steered = [w for w, p in transcripts.items() if any(r["type"] == "steer_queued" for r in read_transcript(p))]
     assert steered == [id_a]
+
+
+def test_a_resume_naming_another_module_than_the_bind_is_refused(server, tmp_path):
+    with server.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, WRITES)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        first = wait_for(client, workspace_id, lambda s: s["state"] == "ended")["session"]
+        client.put(
+            f"/api/workspaces/{workspace_id}/agent/binding",
+            json={"module": "command", "command": ["true"], "supports_permission_requests": True},
+        )
+
+        refused = client.post(f"/api/workspaces/{workspace_id}/sessions/{first}/resume")
+
+        error = refused.json()["error"]
+        assert refused.status_code == 409 and (error["kind"], error["module"], error["bound"]) == (
+            "module_mismatch",
+            "scripted",
+            "command",
+        )
+        assert len(client.get(f"/api/workspaces/{workspace_id}/sessions").json()["sessions"]) == 1  # none started
+        assert client.post(f"/api/workspaces/{workspace_id}/sessions/nope/resume").status_code == 404
+        client.put(
+            f"/api/workspaces/{workspace_id}/agent/binding",
+            json={"module": "scripted", "scenario": str(tmp_path / "ws-scenario.yaml")},
+        )
+        resumed = client.post(f"/api/workspaces/{workspace_id}/sessions/{first}/resume")
+        assert resumed.status_code == 200 and resumed.json()["resumes"] == first
+        wait_for(client, workspace_id, lambda s: s["state"] == "ended" and s["session"] == resumed.json()["session"])
