@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
 
             rounds = args.rounds or 5
             return bench_inference(tasks=args.tasks or 3, threads=args.threads, rounds=rounds, as_json=args.json)
+        if args.what == "server":
+            from ._bench_server import bench_server
+
+            return bench_server(loops=args.loops, tasks=args.tasks or 100, as_json=args.json)
         if args.what == "changes":
             from ._bench_changes import bench_changes
 
@@ -122,7 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="benchmarks: the kernel vs a bare SDK client; inference vs bare llama; a change measure"
     )
-    bench.add_argument("what", choices=["kernel", "inference", "changes"], help="what to measure")
+    bench.add_argument("what", choices=["kernel", "inference", "changes", "server"], help="what to measure")
+    bench.add_argument("--loops", type=int, default=4, help="server: loops at once (default 4)")
     bench.add_argument("--tasks", type=int, help="tasks per side (default: kernel 300, inference 3)")
     bench.add_argument("--threads", type=int, default=2, help="inference: CPU threads (default 2)")
     bench.add_argument("--rounds", type=int, help="rounds; medians are reported (default: kernel 3, inference 5)")

@@ -135,3 +135,16 @@ def test_the_environment_sets_the_switch_at_start(server_factory, tmp_path):
     second = server_factory(first.state, env={"AGENTUP_AUTONOMY_ENABLED": "1"})
     with second.client() as client:
         assert client.get("/api/autonomy").json() == {"enabled": True}
+
+
+def test_the_server_bench_runs_and_reports_its_ratio():
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "harness", "bench", "server", "--loops", "2", "--tasks", "5",
+                           "--json"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["loops"] == 2 and figures["tasks_per_loop"] == 5
+    assert figures["ratio"] > 0 and len(figures["api_ms_under_load"]) == 2

@@ -1,0 +1,126 @@
+"""`loop-harness bench server`: loops at once in one control server vs one loop alone, and the API's latency.
+
+A real `loop-harness serve` on a loopback port; N workspaces, each with the scripted agent writing a file
+per task under out/. First one loop drains its queue alone, then N loops drain theirs at once; the figure is
+the aggregate tasks/s of N against one (the ratio), with `GET .../loop` timed from a client the whole time
+(median and 95th percentile, idle and under load). Figures, not asserts: a shared machine is noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .testing import OUT_RULES, make_workspace, write_yaml
+
+__all__ = ["bench_server"]
+
+_SCENARIO = {"tasks": [{"turns": [{"steps": [
+    {"tool_call": {"title": "Write out/result.txt", "kind": "edit", "locations": ["out/result.txt"],
+                   "permission": True}},
+    {"write": {"path": "out/result.txt", "content": "result\n"}},
+]}]}]}  # fmt: skip
+
+
+def bench_server(*, loops: int = 4, tasks: int = 100, as_json: bool = False) -> int:
+    with tempfile.TemporaryDirectory(prefix="loop-harness-bench-server-") as tmp:
+        root = Path(tmp)
+        server = subprocess.Popen([sys.executable, "-m", "harness", "serve", "--port", "0", "--state",
+                                   str(root / "state")], stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert server.stderr is not None
+            url = re.search(r"(http://\S+)", server.stderr.readline())
+            if url is None:
+                print("bench server: the server did not start", file=sys.stderr)
+                return 1
+            token = (root / "state" / "token").read_text().strip()
+            with httpx.Client(base_url=url.group(1), headers={"Authorization": f"Bearer {token}"},
+                              timeout=30) as client:  # fmt: skip
+                scenario = write_yaml(root / "scenario.yaml", _SCENARIO)
+                ids = [_workspace(client, root / f"ws{i}", scenario, tasks) for i in range(loops + 1)]
+                client.put("/api/autonomy", json={"enabled": True}).raise_for_status()
+                idle = _latencies(client, ids[0], seconds=1.0)
+                alone = _drain(client, ids[:1])
+                probe = threading.Thread(target=lambda: under_load.extend(_latencies(client, ids[1], until=done)))
+                under_load: list[float] = []
+                done = threading.Event()
+                probe.start()
+                together = _drain(client, ids[1:])
+                done.set()
+                probe.join()
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            if server.stderr is not None:
+                server.stderr.close()
+    figures = {
+        "loops": loops,
+        "tasks_per_loop": tasks,
+        "one_loop_tasks_per_s": round(tasks / alone, 1),
+        "n_loops_tasks_per_s": round(loops * tasks / together, 1),
+        "ratio": round((loops * tasks / together) / (tasks / alone), 2),
+        "api_ms_idle": _percentiles(idle),
+        "api_ms_under_load": _percentiles(under_load),
+    }
+    if as_json:
+        print(json.dumps(figures))
+    else:
+        print(f"one loop: {figures['one_loop_tasks_per_s']} tasks/s; {loops} loops at once: "
+              f"{figures['n_loops_tasks_per_s']} tasks/s in aggregate (ratio {figures['ratio']})")  # fmt: skip
+        print(f"GET /loop: idle {figures['api_ms_idle']} ms, under load {figures['api_ms_under_load']} ms "
+              "(median, p95)")  # fmt: skip
+    return 0
+
+
+def _workspace(client: httpx.Client, root: Path, scenario: Path, tasks: int) -> str:
+    ws = make_workspace(root, ignore=["out/"])
+    queue = {"provider": "memory", "tasks": [{"id": f"T{i}", "title": f"task {i}"} for i in range(1, tasks + 1)]}
+    made = client.post("/api/workspaces", json={"path": str(ws.path), "host": queue, "policy": {"rules": OUT_RULES}})
+    made.raise_for_status()
+    workspace_id = str(made.json()["id"])
+    client.put(f"/api/workspaces/{workspace_id}/agent/binding",
+               json={"module": "scripted", "scenario": str(scenario)}).raise_for_status()  # fmt: skip
+    return workspace_id
+
+
+def _drain(client: httpx.Client, ids: list[str]) -> float:
+    started = time.perf_counter()
+    for workspace_id in ids:
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True}).raise_for_status()
+    for workspace_id in ids:
+        while True:
+            status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
+            if status["state"] == "ended":
+                if status["terminal"] != "Idle":
+                    raise RuntimeError(f"a loop ended {status['terminal']}: {status['reason']}")
+                break
+            time.sleep(0.05)
+    return time.perf_counter() - started
+
+
+def _latencies(client: httpx.Client, workspace_id: str, *, seconds: float = 0.0,
+               until: threading.Event | None = None) -> list[float]:  # fmt: skip
+    times: list[float] = []
+    deadline = time.monotonic() + seconds
+    while (until is not None and not until.is_set()) or (until is None and time.monotonic() < deadline):
+        started = time.perf_counter()
+        client.get(f"/api/workspaces/{workspace_id}/loop").raise_for_status()
+        times.append((time.perf_counter() - started) * 1000)
+        time.sleep(0.02)
+    return times
+
+
+def _percentiles(values: list[float]) -> list[Any]:
+    if len(values) < 2:
+        return [round(values[0], 1) if values else None, None]
+    return [round(statistics.median(values), 1), round(statistics.quantiles(values, n=20)[-1], 1)]
