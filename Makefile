@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test run run-scripted bench soak lint typecheck mutation demo-workspace clean
+.PHONY: test run run-scripted bench soak lint typecheck mutation demo-workspace clean browser
 
 # llama.cpp is built for any x86-64 with AVX2, not for this CPU (`-march=native`): a VM that advertises AMX
 # without enabling it kills a native build with SIGILL at the first batched matmul.
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[dev,inference,soak]'
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy harness scripted_agents soak
@@ -51,6 +51,12 @@ lint: $(STAMP)
 # Strict (pyproject.toml [tool.mypy]) on the kernel, both agents and the soak.
 typecheck: $(STAMP)
 	$(BIN)/mypy harness scripted_agents soak
+
+# The status page's test drives a real Chromium: Debian's package (Playwright's own download is not used).
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$$LOOP_HARNESS_CHROMIUM" ] || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } || \
+	  { echo "the status page test needs Chromium: sudo apt-get install chromium (or set LOOP_HARNESS_CHROMIUM)" >&2; exit 1; }
 
 demo-workspace:
 	bash examples/make-demo-workspace.sh .demo

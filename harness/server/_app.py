@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._config import PolicyConfig, QueueConfig, SandboxConfig
@@ -33,6 +33,14 @@ from ._state import State, StateError, Workspace
 __all__ = ["create_app"]
 
 MAX_BODY = 64 * 1024
+_PAGE = (Path(__file__).parent / "static" / "index.html").read_text(encoding="utf-8")
+#: The page may run its own inline script and call this server, nothing else, and is never framed.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
 
 
 class ApiError(Exception):
@@ -57,6 +65,8 @@ class _Guard(BaseHTTPMiddleware):
         own = f"{request.url.scheme}://{request.url.netloc}"
         if origin is not None and origin != own:
             return error(403, "origin_refused", f"requests from {origin} are refused (only {own})")
+        if request.url.path == "/" and request.method == "GET":  # the page holds no data: its calls carry the token
+            return await call_next(request)
         given = request.headers.get("authorization", "").encode()
         if not secrets.compare_digest(given, self.expected):
             response = error(401, "unauthorized", "a bearer token is required: Authorization: Bearer TOKEN")
@@ -261,7 +271,11 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0) -> Starlette:
         return {"state": "ended", "session": last["id"], "module": last["module"], "terminal": last["terminal"],
                 "reason": last["reason"], "tasks": last["tasks"], "rule_ids": [], "steering": []}  # fmt: skip
 
+    async def page(request: Request) -> Response:
+        return HTMLResponse(_PAGE, headers=_PAGE_HEADERS)
+
     routes = [
+        Route("/", page, methods=["GET"]),
         Route("/api/autonomy", endpoint(get_autonomy), methods=["GET"]),
         Route("/api/autonomy", endpoint(put_autonomy), methods=["PUT"]),
         Route("/api/workspaces", endpoint(list_workspaces), methods=["GET"]),
