@@ -148,3 +148,39 @@ def test_the_server_bench_runs_and_reports_its_ratio():
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["loops"] == 2 and figures["tasks_per_loop"] == 5
     assert figures["ratio"] > 0 and len(figures["api_ms_under_load"]) == 2
+
+
+#: The workspace's own endpoints ("W" is its id): each bad request a typed 4xx that changes nothing.
+BAD_ON_A_WORKSPACE = [
+    ("PUT", "/api/workspaces/W/agent/binding", {"json": {"module": "telepathy"}}, 422, "invalid"),
+    ("PUT", "/api/workspaces/W/agent/binding", {"json": {"module": "scripted", "scenario": "relative.yaml"}}, 422,
+     "invalid"),
+    ("PUT", "/api/workspaces/W/agent/binding", {"json": {"module": "command", "command": "rm -rf /"}}, 422, "invalid"),
+    ("PUT", "/api/workspaces/W/agent/binding", {"json": {"module": "codex", "flags": 1}}, 422, "invalid"),
+    ("PUT", "/api/workspaces/W/agent/binding", {"json": {"module": "inference", "env": {"A": 1}}}, 422, "invalid"),
+    ("PUT", "/api/workspaces/nope/agent/binding", {"json": {"module": "codex"}}, 404, "no_such_workspace"),
+    ("PUT", "/api/workspaces/W/agent/autonomy", {"json": {"active": "yes"}}, 422, "invalid"),
+    ("PUT", "/api/workspaces/W/agent/autonomy", {"json": {"active": True}}, 409, "autonomy_disabled"),
+    ("POST", "/api/workspaces/W/loop/steering", {"json": {"text": ""}}, 422, "invalid"),
+    ("POST", "/api/workspaces/W/loop/steering", {"json": {"text": "hi"}}, 409, "no_live_session"),
+    ("POST", "/api/workspaces/W/loop/cancel", {}, 409, "no_live_session"),
+    ("POST", "/api/workspaces/W/prompt", {"json": {"text": 7}}, 422, "invalid"),
+    ("POST", "/api/workspaces/W/prompt", {"json": {"text": "hi"}}, 409, "not_bound"),
+    ("POST", "/api/workspaces/W/permissions/p1", {"json": {"optionId": "allow"}}, 409, "no_live_session"),
+    ("POST", "/api/workspaces/W/sessions/s1/resume", {}, 404, "no_such_session"),
+    ("GET", "/api/workspaces/nope/loop", {}, 404, "no_such_workspace"),
+    ("GET", "/api/workspaces/nope/sessions", {}, 404, "no_such_workspace"),
+    ("DELETE", "/api/workspaces/W/loop", {}, 405, "method_not_allowed"),
+]  # fmt: skip
+
+
+def test_bad_input_on_every_workspace_endpoint_is_a_typed_4xx_and_changes_nothing(server, tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    with server.client() as client:
+        workspace_id = client.post("/api/workspaces", json={"path": str(ws.path), "host": MEMORY_HOST}).json()["id"]
+        before = (client.get("/api/workspaces").json(), client.get(f"/api/workspaces/{workspace_id}/sessions").json())
+        for method, path, kwargs, status, kind in BAD_ON_A_WORKSPACE:
+            answer = client.request(method, path.replace("/W/", f"/{workspace_id}/"), **kwargs)
+            assert (answer.status_code, answer.json()["error"]["kind"]) == (status, kind), (method, path, answer.text)
+        after = (client.get("/api/workspaces").json(), client.get(f"/api/workspaces/{workspace_id}/sessions").json())
+        assert after == before
