@@ -289,6 +289,17 @@ class SandboxConfig(_Strict):
     # The weaker choice: let the agent commit itself (objects, refs, index, logs writable; config, hooks and
     # info never). By default all of `.git` is read-only and `workspace.commit` has the kernel commit.
     git_writable: bool = False
+    # Paths outside the worktree the agent may not even read: each is replaced by an empty read-only one
+    # (the control server hides the other workspaces and its own state this way).
+    hide: list[Path] = Field(default_factory=list)
+
+    @field_validator("hide")
+    @classmethod
+    def _absolute(cls, paths: list[Path]) -> list[Path]:
+        relative = [str(p) for p in paths if not p.expanduser().is_absolute()]
+        if relative:
+            raise ValueError(f"hide takes absolute paths (not {relative})")
+        return [p.expanduser() for p in paths]
 
 
 class Config(_Strict):

@@ -177,7 +177,8 @@ def plan_sandbox(
     empty = run_dir / "empty"
     empty.write_bytes(b"")
     empty.chmod(0o444)
-    mounts = [Mount("rw", home), Mount("rw", tmp)]
+    mounts = [*_hidden(config.hide, keep=(root, str(run_dir), home, tmp, *map(str, git_dirs))),
+              Mount("rw", home), Mount("rw", tmp)]  # fmt: skip
     if config.mode == "workspace-write":
         mounts += [Mount("rw", p) for p in _writable_roots(root, rules)]
     walked = _walk(root, rules, protected_globs)
@@ -190,6 +191,24 @@ def plan_sandbox(
     mounts += [Mount("ro", p) for p in sorted(read_only)]
     mounts += walked.masks
     return Sandbox(config.mode, bwrap, home, tmp, tuple(mounts), str(empty))
+
+
+def _hidden(paths: Sequence[Path], *, keep: Sequence[str]) -> list[Mount]:
+    """Masks for `sandbox.hide`: an empty directory or file over each that exists. One that holds (or is
+    inside) what the run needs, the worktree, its git directories, the run's HOME or temp dir, cannot be
+    hidden: SandboxError, not a sandbox that hides the run from itself."""
+    masks = []
+    for path in paths:
+        real = os.path.realpath(path)
+        for needed in keep:
+            needed = os.path.realpath(needed)
+            if needed == real or needed.startswith(real + "/") or real.startswith(needed + "/"):
+                raise SandboxError(f"sandbox.hide: {path} holds or is inside {needed}, which the run needs")
+        if os.path.isdir(real):
+            masks.append(Mount("mask-dir", real))
+        elif os.path.exists(real):
+            masks.append(Mount("mask-file", real))
+    return masks
 
 
 def _git_config_paths(git_dirs: Sequence[str]) -> list[str]:

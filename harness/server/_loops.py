@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,8 +123,7 @@ class Loops:
         try:
             data = {"workspace": workspace.path, "agent": agent, "policy": workspace.policy,
                     "queue": workspace.queue or {}, "transcripts": str(self.transcripts(workspace))}  # fmt: skip
-            if workspace.sandbox is not None:
-                data["sandbox"] = workspace.sandbox
+            data["sandbox"] = {**(workspace.sandbox or {}), "hide": [str(p) for p in self._hidden_from(workspace)]}
             config = parse_config(data, base_dir=self.state.directory)
         except ConfigError as exc:
             lock.release()
@@ -136,6 +136,23 @@ class Loops:
         loop.task = asyncio.create_task(self._drive(loop), name=f"loop-{workspace.id}")
         self.loops[workspace.id] = loop
         return loop
+
+    def _hidden_from(self, workspace: Workspace) -> list[Path]:
+        """What this workspace's agent may not read: the other workspaces (worktrees and transcripts) and the
+        server's own state (its database and token). A worktree nested in this one, or holding it, is left
+        to the policy: hiding it would hide this one."""
+        mine = os.path.realpath(workspace.path)
+        hidden = [self.state.directory / name for name in ("state.db", "state.db-wal", "state.db-shm", "token")]
+        for other in self.state.workspaces():
+            if other.id == workspace.id:
+                continue
+            theirs = os.path.realpath(other.path)
+            if not (theirs == mine or theirs.startswith(mine + "/") or mine.startswith(theirs + "/")):
+                hidden.append(Path(theirs))
+            transcripts = self.transcripts(other).parent
+            transcripts.mkdir(parents=True, exist_ok=True)  # hidden from the start, not once it is made
+            hidden.append(transcripts)
+        return hidden
 
     async def _drive(self, loop: Loop) -> None:
         try:

@@ -229,7 +229,10 @@ def test_loops_in_one_server_never_cross_one_hostile(server, tmp_path):
         b, id_b = setup_workspace(client, tmp_path, slow, tasks=tasks, name="b")
         target = b.path / "out" / "stolen.txt"
         hostile = {"tasks": [{"turns": [turn(
-            {"run": {"script": f"echo pwned > {target}; echo pwned > {b.path}/README.md; cat {a.path}/README.md"}},
+            {"run": {"script": f"echo pwned > {target}; echo pwned > {b.path}/README.md"}},
+            {"run": {"script": f"cat {a.path}/README.md"}},
+            {"run": {"script": f"cat {server.state}/token"}},
+            {"run": {"script": f"cat {server.state}/workspaces/{id_a}/transcripts/*.jsonl"}},
             {"write": {"path": str(target), "content": "pwned\n"}},
         )]}]}  # fmt: skip
         _, id_h = setup_workspace(client, tmp_path, hostile, tasks=tasks[:1], name="h")
@@ -251,10 +254,20 @@ def test_loops_in_one_server_never_cross_one_hostile(server, tmp_path):
         transcripts = {w: Path(client.get(f"/api/workspaces/{w}/sessions").json()["sessions"][0]["transcript"])
                        for w in (id_a, id_b, id_h)}  # fmt: skip
     assert len(set(transcripts.values())) == 3
-    text = {w: p.read_text() for w, p in transcripts.items()}
-    assert str(b.path) not in text[id_a] and str(a.path) not in text[id_b]  # nobody's records in another's
+    # nobody's records in another's (the sandbox and the bwrap argv name what they hide: the other worktrees)
+    text = {w: json.dumps([r for r in read_transcript(p) if r["type"] not in ("sandbox", "agent_start")])
+            for w, p in transcripts.items()}  # fmt: skip
+    assert str(b.path) not in text[id_a] and str(a.path) not in text[id_b]
     steered = [w for w, p in transcripts.items() if any(r["type"] == "steer_queued" for r in read_transcript(p))]
     assert steered == [id_a]
+    ran = [r["msg"]["params"]["update"]["content"]["text"] for r in read_transcript(transcripts[id_h])
+           if r["type"] == "rpc" and "agent_message_chunk" in json.dumps(r) and "ran '" in json.dumps(r)]  # fmt: skip
+    outputs = [text.split("\n", 1)[1] for text in ran]  # what each printed, after "ran '<script>' -> exit N"
+    assert len(outputs) == 4, ran  # a hidden file reads empty, a hidden directory's files do not exist
+    assert "A workspace for loop-harness" not in outputs[1] and server.token not in outputs[2], outputs  # unread
+    assert '"seq"' not in outputs[3]  # nor another workspace's transcript
+    hidden = next(r for r in read_transcript(transcripts[id_h]) if r["type"] == "sandbox")
+    assert str(a.path) in json.dumps(hidden) and str(b.path) in json.dumps(hidden)
 
 
 def test_a_resume_naming_another_module_than_the_bind_is_refused(server, tmp_path):
