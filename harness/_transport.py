@@ -43,6 +43,8 @@ ARRIVAL: ContextVar[str | None] = ContextVar("loop_harness_arrival", default=Non
 
 _INHERITED_ENV = ("HOME", "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR",
                   "XDG_CACHE_HOME")  # fmt: skip
+# The control server's bearer token: whoever holds it controls the server, so no agent ever gets it.
+_NEVER_INHERITED = frozenset({"LOOP_HARNESS_SERVER_TOKEN"})
 # Where pinned models live and how to reach them: the inference agent resolves its model with these.
 _INHERITED_PREFIXES = ("LOOP_HARNESS_", "HF_HUB_OFFLINE", "HF_ENDPOINT", "HF_HOME")
 
@@ -50,7 +52,8 @@ _INHERITED_PREFIXES = ("LOOP_HARNESS_", "HF_HUB_OFFLINE", "HF_ENDPOINT", "HF_HOM
 def agent_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment an agent gets: a few basics from ours, plus what the config says, plus a git that
     never takes a directory for a bare repository of its own (see `pin_git`)."""
-    env = {k: v for k, v in os.environ.items() if k in _INHERITED_ENV or k.startswith(_INHERITED_PREFIXES)}
+    env = {k: v for k, v in os.environ.items()
+           if (k in _INHERITED_ENV or k.startswith(_INHERITED_PREFIXES)) and k not in _NEVER_INHERITED}  # fmt: skip
     env.update(extra or {})
     return pin_git(env)
 

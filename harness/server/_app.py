@@ -54,13 +54,18 @@ def error(status: int, kind: str, message: str, **detail: Any) -> JSONResponse:
 
 
 class _Guard(BaseHTTPMiddleware):
-    """The token on every request, and a browser's Origin only when it is this server's own."""
+    """The token on every request, a Host this server answers to (not a rebound DNS name), and a browser's
+    Origin only when it is this server's own."""
 
-    def __init__(self, app: Any, state: State) -> None:
+    def __init__(self, app: Any, state: State, hosts: frozenset[str] | None) -> None:
         super().__init__(app)
         self.expected = f"Bearer {state.token}".encode()
+        self.hosts = hosts
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        host = request.headers.get("host", "")
+        if self.hosts is not None and host not in self.hosts:
+            return error(403, "host_refused", f"this server does not answer to {host!r} (DNS rebinding?)")
         origin = request.headers.get("origin")
         own = f"{request.url.scheme}://{request.url.netloc}"
         if origin is not None and origin != own:
@@ -75,9 +80,11 @@ class _Guard(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-def create_app(state: State, *, allow_once_after_s: float = 15.0) -> Starlette:
-    """`allow_once_after_s`: seed 002's idle allow-once countdown (0 turns it off)."""
+def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozenset[str] | None = None) -> Starlette:
+    """`allow_once_after_s`: seed 002's idle allow-once countdown (0 turns it off); `hosts`: the Host
+    headers answered (`serve` gives its own address's names; None answers any)."""
     loops = Loops(state)
+    stopping = asyncio.Event()  # set by `serve` on a signal: event streams end so the shutdown can run
 
     def endpoint(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
         async def respond(request: Request) -> Response:
@@ -100,6 +107,11 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0) -> Starlette:
         if set(body) != {"enabled"} or not isinstance(enabled, bool):
             raise ApiError(422, "invalid", 'the body is {"enabled": true|false}', key="enabled")
         state.set_autonomy(enabled)
+        for loop in list(loops.loops.values()):
+            if loop.live and loop.prompt is None and not enabled:
+                loop.kernel.cancel()  # the switch is the operator's stop: autonomous loops end Cancelled
+            if loop.live and loop.pending is not None:
+                loop.pending.rearm()  # seed 002: a countdown follows eligibility, fresh when it returns
         return 200, {"enabled": state.autonomy_enabled}
 
     async def list_workspaces(request: Request) -> tuple[int, Any]:
@@ -188,7 +200,7 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0) -> Starlette:
 
         async def events() -> AsyncIterator[str]:
             last = None
-            while not await request.is_disconnected():
+            while not await request.is_disconnected() and not stopping.is_set():
                 status = loop_status(workspace)
                 if status != last:
                     yield f"event: loop\ndata: {json.dumps(status)}\n\n"
@@ -251,6 +263,9 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0) -> Starlette:
         if earlier["module"] != bound:
             message = f"session {session_id} ran {earlier['module']!r}, the bound module is {bound!r}"
             raise ApiError(409, "module_mismatch", message, session=session_id, module=earlier["module"], bound=bound)
+        live = loops.live(workspace.id)
+        if live is not None:
+            raise ApiError(409, "session_live", f"session {live.run_id} is live", session=live.run_id)
         loop = await loops.activate(workspace)
         return 200, {"active": True, "session": loop.run_id, "resumes": session_id}
 
@@ -303,8 +318,10 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0) -> Starlette:
         yield
         await loops.stop_all()  # stopping cancels the loops in progress: each ends Cancelled
 
-    return Starlette(routes=routes, middleware=[Middleware(_Guard, state=state)], lifespan=lifespan,
-                     exception_handlers={404: _not_found, 405: _not_allowed})  # fmt: skip
+    app = Starlette(routes=routes, middleware=[Middleware(_Guard, state=state, hosts=hosts)], lifespan=lifespan,
+                    exception_handlers={404: _not_found, 405: _not_allowed})  # fmt: skip
+    app.state.stopping = stopping
+    return app
 
 
 def _live_or_409(loops: Loops, workspace: Workspace) -> Loop:
@@ -348,9 +365,14 @@ def _worktree(value: Any) -> str:
     """The absolute path of a git worktree's top level (what the loop binds), or a 422."""
     if not isinstance(value, str) or not value or not Path(value).is_absolute():
         raise ApiError(422, "invalid", "path must be the absolute path of a git worktree", key="path")
-    path = Path(value).resolve()
-    done = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                          check=False, timeout=10)  # fmt: skip
-    if not path.is_dir() or done.returncode != 0 or Path(done.stdout.strip()).resolve() != path:
+    try:
+        path = Path(value).resolve()
+        done = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True,
+                              text=True, check=False, timeout=10)  # fmt: skip
+        top = Path(done.stdout.strip()).resolve() if done.returncode == 0 else None
+        is_dir = path.is_dir()
+    except (ValueError, OSError, subprocess.TimeoutExpired) as exc:  # a NUL, a name too long, a hung git
+        raise ApiError(422, "not_a_worktree", f"{value[:200]!r} cannot be used: {exc}", key="path") from None
+    if not is_dir or top != path:
         raise ApiError(422, "not_a_worktree", f"{path} is not the top level of a git worktree", key="path")
     return str(path)

@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["AUTONOMY_VARIABLE", "register"]
 
@@ -32,25 +33,51 @@ def _handle(args: argparse.Namespace) -> int:
     from ._app import create_app
     from ._state import State, StateError
 
-    state = State.open(args.state.expanduser())
+    os.umask(0o077)  # the database, its journal and the transcripts: the server user's alone
+    from_environment = bool(os.environ.get("LOOP_HARNESS_SERVER_TOKEN"))
+    try:
+        state = State.open(args.state.expanduser())
+    except StateError as exc:
+        print(f"serve: {exc}", file=sys.stderr)
+        return 2
     switch = os.environ.get(AUTONOMY_VARIABLE)
     if switch is not None:
         try:
             state.set_autonomy(switch.strip().lower() in ("1", "true", "yes", "on"))
         except StateError as exc:
             print(f"serve: {AUTONOMY_VARIABLE}={switch}: {exc}", file=sys.stderr)
+            state.close()
             return 2
     listener = socket.create_server((args.host, args.port), reuse_port=False)
     # Accepted connections inherit it (Linux): without it a kept-alive client waits ~40 ms per answer on
     # Nagle against delayed ACKs, as uvicorn writes a response's head and body apart.
     listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     host, port = listener.getsockname()[:2]
-    print(f"serving on http://{host}:{port} (state {state.directory}, token in {state.directory / 'token'})",
-          file=sys.stderr, flush=True)  # fmt: skip
-    app = create_app(state, allow_once_after_s=args.allow_once_after)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    token = "from LOOP_HARNESS_SERVER_TOKEN" if from_environment else f"in {state.directory / 'token'}"
+    print(f"serving on http://{host}:{port} (state {state.directory}, token {token})", file=sys.stderr, flush=True)
+    hosts = {args.host, "127.0.0.1", "localhost", "[::1]", "::1"}
+    app = create_app(state, allow_once_after_s=args.allow_once_after, hosts=frozenset(f"{h}:{port}" for h in hosts))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)
     try:
-        asyncio.run(uvicorn.Server(config).serve(sockets=[listener]))
+        asyncio.run(_server_class()(config, app).serve(sockets=[listener]))
     finally:
         state.close()
     return 0
+
+
+def _server_class() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn waits for open responses before the app's shutdown runs: an event stream watching a live
+        loop would wait for ever (the loop ends only in that shutdown). A signal ends the streams first."""
+
+        def __init__(self, config: uvicorn.Config, app: Any) -> None:
+            super().__init__(config)
+            self.app = app
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.app.state.stopping.set()
+            super().handle_exit(sig, frame)
+
+    return Server

@@ -68,8 +68,11 @@ class Loops:
     async def activate(self, workspace: Workspace) -> Loop:
         """Every precondition checked, each failure a typed StateError (409); then the loop starts."""
         live = self.live(workspace.id)
+        if live is not None and live.prompt is None:
+            return live  # already active: activating again changes nothing
         if live is not None:
-            return live
+            raise StateError("session_live", f"session {live.run_id} (a single prompt) is live: it must end "
+                             "first", session=live.run_id)  # fmt: skip
         if not self.state.autonomy_enabled:
             raise StateError("autonomy_disabled", "the server's autonomy switch is off: PUT /api/autonomy first")
         if workspace.binding is None:
@@ -120,19 +123,23 @@ class Loops:
         except Timeout:
             raise StateError("workspace_busy", f"another loop holds {lock.lock_file}: one workspace, one loop",
                              lock=lock.lock_file) from None  # fmt: skip
-        try:
+        try:  # until the loop's task owns the lock, any failure gives it back
             data = {"workspace": workspace.path, "agent": agent, "policy": workspace.policy,
                     "queue": workspace.queue or {}, "transcripts": str(self.transcripts(workspace))}  # fmt: skip
             data["sandbox"] = {**(workspace.sandbox or {}), "hide": [str(p) for p in self._hidden_from(workspace)]}
             config = parse_config(data, base_dir=self.state.directory)
+            run_id = uuid.uuid4().hex[:12]
+            kernel = Kernel(config, interactive_handler=pending.handler if pending is not None else None)
+            loop = Loop(run_id, workspace.id, workspace.binding["module"], kernel, lock, pending=pending,
+                        prompt=prompt)  # fmt: skip
+            self.state.begin_run(run_id, workspace.id, loop.module, str(kernel.transcript_path))
+            self.state.set_active(workspace.id, prompt is None)
         except ConfigError as exc:
             lock.release()
             raise StateError("config", str(exc), key=exc.key) from None
-        run_id = uuid.uuid4().hex[:12]
-        kernel = Kernel(config, interactive_handler=pending.handler if pending is not None else None)
-        loop = Loop(run_id, workspace.id, workspace.binding["module"], kernel, lock, pending=pending, prompt=prompt)
-        self.state.begin_run(run_id, workspace.id, loop.module, str(kernel.transcript_path))
-        self.state.set_active(workspace.id, prompt is None)
+        except BaseException:
+            lock.release()
+            raise
         loop.task = asyncio.create_task(self._drive(loop), name=f"loop-{workspace.id}")
         self.loops[workspace.id] = loop
         return loop
@@ -163,8 +170,10 @@ class Loops:
             loop.ended = {"terminal": "Failed", "reason": {"kind": "kernel_error", "error": repr(exc)}}
             self.state.end_run(loop.run_id, "Failed", loop.ended["reason"], [])
         finally:
-            self.state.set_active(loop.workspace_id, False)
-            loop.lock.release()
+            try:
+                self.state.set_active(loop.workspace_id, False)
+            finally:
+                loop.lock.release()
 
     async def stop_all(self) -> None:
         """The server is stopping: every loop is cancelled (`Cancelled`) and awaited."""

@@ -64,6 +64,15 @@ class Pending:
     def listing(self) -> list[dict[str, Any]]:
         return [r.as_json() for r in self.requests.values()]
 
+    def rearm(self) -> None:
+        """Eligibility changed (the switch): any countdown stops, and a fresh one starts if it is eligible now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for request in self.requests.values():
+            request.deadline = None
+        self._arm()
+
     def _arm(self) -> None:
         """The countdown follows the oldest request: a fresh one whenever the front changes."""
         front = next(iter(self.requests.values()), None)

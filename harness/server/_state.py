@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 __all__ = ["TOKEN_VARIABLE", "State", "StateError", "Workspace"]
 
 TOKEN_VARIABLE = "LOOP_HARNESS_SERVER_TOKEN"
@@ -79,19 +81,33 @@ class State:
         self.directory = directory
         self.token = token
         self._db = connection
+        self._server_lock: FileLock | None = None
         self._lock = threading.Lock()  # one writer at a time inside this process; SQLite serialises processes
 
     @classmethod
     def open(cls, directory: Path) -> State:
-        directory.mkdir(parents=True, exist_ok=True)
+        """Open (or make) the state directory, owner-only, for this server alone: a second server on the same
+        directory would end the first one's loops as restarted, so it is refused (StateError)."""
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)  # the database holds bindings' env (API keys) and the token sits beside it
+        lock = FileLock(directory / "server.lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise StateError("state_in_use", f"another server uses {directory}: give each server its own --state",
+                             status=409) from None  # fmt: skip
         connection = sqlite3.connect(directory / "state.db", check_same_thread=False, isolation_level=None)
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=FULL")  # an acknowledged change survives a power cut
         connection.executescript(_SCHEMA)
-        return cls(directory, connection, _token(directory))
+        state = cls(directory, connection, _token(directory))
+        state._server_lock = lock
+        return state
 
     def close(self) -> None:
         self._db.close()
+        if self._server_lock is not None:
+            self._server_lock.release()
 
     # --- the autonomy switch -------------------------------------------------------------------
 
@@ -185,12 +201,19 @@ def _workspace(row: tuple[Any, ...]) -> Workspace:
 
 def _token(directory: Path) -> str:
     """The bearer token: the environment's, else the state directory's (made on first start, owner-only)."""
-    given = os.environ.get(TOKEN_VARIABLE)
+    given = os.environ.pop(TOKEN_VARIABLE, None)  # read once: nothing this process starts inherits it
     if given:
         return given
     path = directory / "token"
     try:
-        return path.read_text().strip()
+        info = path.stat()
+        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise StateError("token_unsafe", f"{path} must be the server user's own, mode 0600 (it is "
+                             f"{oct(info.st_mode & 0o777)}, owner {info.st_uid})")  # fmt: skip
+        token = path.read_text().strip()
+        if not token:
+            raise StateError("token_unsafe", f"{path} is empty: delete it to have a new one made")
+        return token
     except FileNotFoundError:
         token = secrets.token_urlsafe(32)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

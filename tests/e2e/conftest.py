@@ -46,7 +46,8 @@ def start_server(state: Path, env: dict[str, str] | None = None) -> Server:
         process.wait(timeout=10)
         process.stderr.close()
         raise RuntimeError(f"the server did not start (exit {process.returncode}): {line}{rest}")
-    return Server(found.group(1), (state / "token").read_text().strip(), state, process)
+    given = (env or {}).get("LOOP_HARNESS_SERVER_TOKEN")
+    return Server(found.group(1), given or (state / "token").read_text().strip(), state, process)
 
 
 @pytest.fixture(name="server_factory")

@@ -184,3 +184,35 @@ def test_bad_input_on_every_workspace_endpoint_is_a_typed_4xx_and_changes_nothin
             assert (answer.status_code, answer.json()["error"]["kind"]) == (status, kind), (method, path, answer.text)
         after = (client.get("/api/workspaces").json(), client.get(f"/api/workspaces/{workspace_id}/sessions").json())
         assert after == before
+
+
+def test_a_rebound_host_name_is_refused(server):
+    port = server.url.rsplit(":", 1)[1]
+    with server.client(Host=f"evil.example:{port}") as client:
+        answer = client.get("/api/autonomy")
+    assert answer.status_code == 403 and answer.json()["error"]["kind"] == "host_refused"
+    with server.client(Host=f"localhost:{port}") as client:
+        assert client.get("/api/autonomy").status_code == 200
+
+
+def test_odd_paths_are_a_typed_422_not_a_500(server):
+    with server.client() as client:
+        for path in ("/tmp/a\u0000b", "/" + "x" * 5000):
+            answer = client.post("/api/workspaces", json={"path": path})
+            assert (answer.status_code, answer.json()["error"]["kind"]) == (422, "not_a_worktree"), answer.text
+
+
+def test_the_state_is_the_server_users_alone_and_one_servers_only(server, server_factory):
+    assert server.state.stat().st_mode & 0o077 == 0
+    assert (server.state / "state.db").stat().st_mode & 0o077 == 0
+    with pytest.raises(RuntimeError, match="another server uses"):
+        server_factory(server.state)
+
+
+def test_a_token_file_others_can_read_is_refused(server_factory, tmp_path):
+    state = tmp_path / "loose"
+    state.mkdir()
+    (state / "token").write_text("guessable\n")
+    (state / "token").chmod(0o644)
+    with pytest.raises(RuntimeError, match="must be the server user's own, mode 0600"):
+        server_factory(state)

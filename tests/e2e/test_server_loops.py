@@ -297,3 +297,66 @@ def test_a_resume_naming_another_module_than_the_bind_is_refused(server, tmp_pat
         resumed = client.post(f"/api/workspaces/{workspace_id}/sessions/{first}/resume")
         assert resumed.status_code == 200 and resumed.json()["resumes"] == first
         wait_for(client, workspace_id, lambda s: s["state"] == "ended" and s["session"] == resumed.json()["session"])
+
+
+def test_the_token_from_the_environment_never_reaches_an_agent(server_factory, tmp_path):
+    server = server_factory(env={"LOOP_HARNESS_SERVER_TOKEN": "s3cret-server-token"})
+    assert not (server.state / "token").exists()  # the environment's token is the one in use
+    ws = make_workspace(tmp_path / "ws")
+    with server.client(token="s3cret-server-token") as client:
+        workspace_id = client.post("/api/workspaces", json={"path": str(ws.path), "policy": POLICY}).json()["id"]
+        client.put(
+            f"/api/workspaces/{workspace_id}/agent/binding",
+            json={
+                "module": "command",
+                "command": ["sh", "-c", "env >&2; exit 3"],
+                "supports_permission_requests": True,
+            },
+        )
+        client.post(f"/api/workspaces/{workspace_id}/prompt", json={"text": "show me"})
+        status = wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+    assert status["terminal"] == "Failed" and "PATH=" in json.dumps(status["reason"])  # its env reached stderr
+    assert "s3cret-server-token" not in json.dumps(status["reason"])
+
+
+def test_switching_autonomy_off_cancels_the_loops_and_a_prompt_session_blocks_activation(server, tmp_path):
+    with server.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, HANGS)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T1")
+        assert client.put("/api/autonomy", json={"enabled": False}).status_code == 200
+        assert wait_for(client, workspace_id, lambda s: s["state"] == "ended")["terminal"] == "Cancelled"
+
+        client.put("/api/autonomy", json={"enabled": True})
+        client.post(f"/api/workspaces/{workspace_id}/prompt", json={"text": "hang"})
+        wait_for(client, workspace_id, lambda s: s["state"] == "running")
+        refused = client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        assert refused.status_code == 409 and refused.json()["error"]["kind"] == "session_live", refused.text
+        client.post(f"/api/workspaces/{workspace_id}/loop/cancel")
+        wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+
+
+def test_a_signal_stops_the_server_even_with_an_event_stream_open(server_factory, tmp_path):
+    import threading
+
+    first = server_factory()
+    with first.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, HANGS)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T1")
+
+    def watch() -> None:
+        with first.client() as watcher, watcher.stream("GET", f"/api/workspaces/{workspace_id}/loop/events") as s:
+            for _ in s.iter_lines():
+                pass
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(0.5)
+    first.process.send_signal(signal.SIGTERM)
+    first.process.wait(timeout=20)  # an open stream must not hold the shutdown that ends its loop
+    first.process.stderr.close()
+    watcher.join(timeout=10)
+    second = server_factory(first.state)
+    with second.client() as client:
+        assert client.get(f"/api/workspaces/{workspace_id}/loop").json()["terminal"] == "Cancelled"

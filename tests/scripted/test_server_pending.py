@@ -62,3 +62,23 @@ def test_no_countdown_when_not_eligible_and_none_without_an_allow_once_option():
         later.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_countdown_follows_eligibility_when_it_changes():
+    async def scenario():
+        eligible = {"now": False}
+        pending = Pending(0.2, eligible=lambda: eligible["now"])
+        waiting = asyncio.ensure_future(pending.handler(request("later")))
+        await asyncio.sleep(0.05)
+        assert pending.listing()[0]["allow_once_in_s"] is None
+        eligible["now"] = True
+        pending.rearm()  # the switch turned on: a fresh countdown
+        assert pending.listing()[0]["allow_once_in_s"] is not None
+        eligible["now"] = False
+        pending.rearm()  # and off again: it stops
+        assert pending.listing()[0]["allow_once_in_s"] is None
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        waiting.cancel()
+
+    asyncio.run(scenario())
