@@ -75,15 +75,11 @@ class Loops:
                              "first", session=live.run_id)  # fmt: skip
         if not self.state.autonomy_enabled:
             raise StateError("autonomy_disabled", "the server's autonomy switch is off: PUT /api/autonomy first")
-        if workspace.binding is None:
-            raise StateError("not_bound", "no agent is bound: PUT .../agent/binding first")
-        try:
-            agent = agent_section(workspace.binding)
-        except BindingError as exc:
-            raise StateError("binding_unusable", str(exc), key=exc.key) from None
+        agent = _bound_agent(workspace)
         if not agent["supports_permission_requests"]:
-            raise StateError("agent_permission_support", f"the bound module {workspace.binding['module']!r} does "
-                             "not declare permission requests: autonomy needs them")  # fmt: skip
+            module = (workspace.binding or {}).get("module")
+            raise StateError("agent_permission_support", f"the bound module {module!r} does not declare "
+                             "permission requests: autonomy needs them")  # fmt: skip
         if not workspace.policy.get("rules"):
             raise StateError("policy_non_empty", "the workspace's policy has no rule: autonomy needs at least one")
         if workspace.queue is None:
@@ -96,12 +92,7 @@ class Loops:
         live = self.live(workspace.id)
         if live is not None:
             raise StateError("session_live", f"session {live.run_id} is live", session=live.run_id)
-        if workspace.binding is None:
-            raise StateError("not_bound", "no agent is bound: PUT .../agent/binding first")
-        try:
-            agent = agent_section(workspace.binding)
-        except BindingError as exc:
-            raise StateError("binding_unusable", str(exc), key=exc.key) from None
+        agent = _bound_agent(workspace)
         pending = None
         if not workspace.policy.get("rules"):
             sandbox_off = (workspace.sandbox or {}).get("mode") == "off"
@@ -181,3 +172,13 @@ class Loops:
         for loop in live:
             loop.kernel.cancel()
         await asyncio.gather(*(loop.task for loop in live if loop.task is not None), return_exceptions=True)
+
+
+def _bound_agent(workspace: Workspace) -> dict[str, Any]:
+    """The bound module's `agent:` section, or the typed reason there is none."""
+    if workspace.binding is None:
+        raise StateError("not_bound", "no agent is bound: PUT .../agent/binding first")
+    try:
+        return agent_section(workspace.binding)
+    except BindingError as exc:
+        raise StateError("binding_unusable", str(exc), key=exc.key) from None

@@ -185,12 +185,18 @@ def test_one_workspace_is_never_driven_by_two_servers(server_factory, tmp_path):
         wait_for(client_a, id_a, lambda s: s["state"] == "ended")
 
 
-def test_stopping_the_server_cancels_its_loops(server_factory, tmp_path):
-    first = server_factory()
-    with first.client() as client:
+def hanging_loop(server, tmp_path) -> str:
+    """A workspace whose loop is running T1, which never ends by itself; its id."""
+    with server.client() as client:
         _, workspace_id = setup_workspace(client, tmp_path, HANGS)
         client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
         wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T1")
+    return workspace_id
+
+
+def test_stopping_the_server_cancels_its_loops(server_factory, tmp_path):
+    first = server_factory()
+    workspace_id = hanging_loop(first, tmp_path)
     first.kill(signal.SIGTERM)  # uvicorn's graceful stop: the loops are cancelled, then it re-raises the signal
 
     second = server_factory(first.state)
@@ -340,10 +346,7 @@ def test_a_signal_stops_the_server_even_with_an_event_stream_open(server_factory
     import threading
 
     first = server_factory()
-    with first.client() as client:
-        _, workspace_id = setup_workspace(client, tmp_path, HANGS)
-        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
-        wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T1")
+    workspace_id = hanging_loop(first, tmp_path)
 
     def watch() -> None:
         with first.client() as watcher, watcher.stream("GET", f"/api/workspaces/{workspace_id}/loop/events") as s:
