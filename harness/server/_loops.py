@@ -1,8 +1,8 @@
 """The loops the server runs: one kernel per active workspace, drained in the background.
 
 One workspace is never driven by two loops: inside a server the live table says so, and across servers on
-one machine a lock file in the workspace's git directory does (held for the whole run). A loop's end is
-written to the session history; a server stopping cancels its loops (each ends `Cancelled`).
+one machine a lock file in the workspace's `.git/info` does (held for the whole run; read-only to agents).
+A loop's end is written to the session history; a server stopping cancels its loops (each ends `Cancelled`).
 """
 
 from __future__ import annotations
@@ -108,7 +108,10 @@ class Loops:
         if git_dir is None or stop is not None:
             reason = dict(stop.reason) if stop is not None else {"check": "git_worktree"}
             raise StateError("precondition", f"a precondition failed: {reason}", reason=reason)
-        lock = FileLock(git_dir / "loop-harness-server.lock")
+        # In .git/info, which the sandbox keeps read-only even when the agent may commit (`git_writable`): an
+        # agent that could unlink the lock file would let a second server lock a fresh one on the same worktree.
+        (git_dir / "info").mkdir(exist_ok=True)
+        lock = FileLock(git_dir / "info" / "loop-harness-server.lock")
         try:
             lock.acquire(timeout=0)
         except Timeout:

@@ -23,12 +23,12 @@ TASKS = [{"id": "T1", "title": "First"}, {"id": "T2", "title": "Second"}]
 POLICY = {"rules": OUT_RULES}
 
 
-def setup_workspace(client, tmp_path, scenario, *, tasks=TASKS, policy=POLICY, name="ws"):
+def setup_workspace(client, tmp_path, scenario, *, tasks=TASKS, policy=POLICY, name="ws", sandbox=None):
     """A worktree (out/ ignored) registered with a memory host, the scripted agent bound, autonomy on."""
     ws = make_workspace(tmp_path / name, ignore=["out/"])
     path = write_yaml(tmp_path / f"{name}-scenario.yaml", scenario)
-    made = client.post("/api/workspaces", json={"path": str(ws.path), "host": {"provider": "memory", "tasks": tasks},
-                                                "policy": policy})  # fmt: skip
+    body = {"path": str(ws.path), "host": {"provider": "memory", "tasks": tasks}, "policy": policy}
+    made = client.post("/api/workspaces", json={**body, **({"sandbox": sandbox} if sandbox else {})})
     assert made.status_code == 201, made.text
     workspace_id = made.json()["id"]
     assert client.put("/api/autonomy", json={"enabled": True}).status_code == 200
@@ -363,3 +363,30 @@ def test_a_signal_stops_the_server_even_with_an_event_stream_open(server_factory
     second = server_factory(first.state)
     with second.client() as client:
         assert client.get(f"/api/workspaces/{workspace_id}/loop").json()["terminal"] == "Cancelled"
+
+
+def test_an_agent_that_may_commit_cannot_free_its_workspace_for_a_second_loop(server_factory, tmp_path):
+    """With `git_writable` the agent may write `.git`: removing the lock file there would let a second server
+    lock a fresh one and drive the same worktree. The lock lives where `.git` stays read-only to it."""
+    a = server_factory(tmp_path / "state-a")
+    b = server_factory(tmp_path / "state-b")
+    unlock = {"tasks": [{"turns": [turn(
+        {"run": {"script": "rm -fv .git/loop-harness-server.lock .git/info/loop-harness-server.lock"}},
+        {"hang": True})]}]}  # fmt: skip
+    with a.client() as client_a, b.client() as client_b:
+        ws, id_a = setup_workspace(client_a, tmp_path, unlock, sandbox={"git_writable": True})
+        client_a.put(f"/api/workspaces/{id_a}/agent/autonomy", json={"active": True})
+        wait_for(client_a, id_a, lambda s: s["state"] == "running" and s.get("task") == "T1")
+        time.sleep(1.0)  # the agent's removal has run by now
+        made = client_b.post("/api/workspaces", json={"path": str(ws.path), "policy": POLICY,
+                                                      "host": {"provider": "memory", "tasks": TASKS}})  # fmt: skip
+        id_b = made.json()["id"]
+        client_b.put("/api/autonomy", json={"enabled": True})
+        client_b.put(f"/api/workspaces/{id_b}/agent/binding", json={"module": "scripted", "scenario": str(
+            tmp_path / "ws-scenario.yaml")})  # fmt: skip
+
+        refused = client_b.put(f"/api/workspaces/{id_b}/agent/autonomy", json={"active": True})
+
+        assert refused.status_code == 409 and refused.json()["error"]["kind"] == "workspace_busy", refused.text
+        client_a.post(f"/api/workspaces/{id_a}/loop/cancel")
+        wait_for(client_a, id_a, lambda s: s["state"] == "ended")
