@@ -109,14 +109,19 @@ def test_inside_an_ignored_directory_nothing_counts_but_its_parent_still_does(tr
     assert events.changed()
 
 
-def test_a_tracked_file_written_through_a_hard_link_in_an_ignored_directory_counts(tree):
-    root, events = tree
+def write_through_an_ignored_hard_link(root, events) -> None:
+    """Link tracked src/deep/a.txt as out/a.txt, ignore out/, and append through the ignored name."""
     (root / "out").mkdir()
     os.link(root / "src" / "deep" / "a.txt", root / "out" / "a.txt")
     events.changed()
     events.ignore(frozenset({"out/"}))
     with open(root / "out" / "a.txt", "a") as other_name:
         other_name.write("appended through the ignored name\n")
+
+
+def test_a_tracked_file_written_through_a_hard_link_in_an_ignored_directory_counts(tree):
+    root, events = tree
+    write_through_an_ignored_hard_link(root, events)
     assert events.changed()
 
 
@@ -124,12 +129,7 @@ def test_a_write_through_a_hard_link_whose_name_is_then_replaced_still_counts(tr
     """The link count is read after the write: an agent that writes through the link, then unlinks it (and
     leaves a fresh file of one link under the same name) must not hide the write to the tracked file."""
     root, events = tree
-    (root / "out").mkdir()
-    os.link(root / "src" / "deep" / "a.txt", root / "out" / "a.txt")
-    events.changed()
-    events.ignore(frozenset({"out/"}))
-    with open(root / "out" / "a.txt", "a") as other_name:
-        other_name.write("appended through the ignored name\n")
+    write_through_an_ignored_hard_link(root, events)
     (root / "out" / "a.txt").unlink()
     (root / "out" / "a.txt").write_text("a fresh file, one link\n")
     assert events.changed()
