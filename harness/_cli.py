@@ -1,7 +1,7 @@
 """`loop-harness`: the command line, a thin shell over the library.
 
     loop-harness run CONFIG.yaml [--json] [--task ID | --prompt TEXT] [--transcript PATH]
-    loop-harness bench kernel [--tasks N] [--sandbox]
+    loop-harness bench kernel [--tasks N] [--sandbox | --outside]
     loop-harness bench changes
     loop-harness limits CONFIG.yaml [--json]
     loop-harness check [--json] -- AGENT_COMMAND...
@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             from ._bench_changes import bench_changes
 
             return bench_changes(rounds=args.rounds or 3, as_json=args.json)
+        if args.outside:
+            from ._bench_outside import bench_outside
+
+            return bench_outside(tasks=args.tasks or 400, rounds=args.rounds or 2, as_json=args.json)
         if args.sandbox:
             from ._bench_sandbox import bench_sandbox
 
@@ -133,6 +137,12 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, help="rounds; medians are reported (default: kernel 3, inference 5)")
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.add_argument("--sandbox", action="store_true", help="kernel: the OS sandbox on vs off, and a terminal's cost")
+    bench.add_argument(
+        "--outside",
+        action="store_true",
+        help="kernel: `loop-harness run` vs a bare SDK client as whole processes, steady state (default 400 tasks, "
+        "best of 2)",
+    )
 
     register_check(commands)
     register_serve(commands)

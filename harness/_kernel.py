@@ -63,6 +63,8 @@ class Kernel:
         observer: called with every transcript record as it is written (progress, tests).
         on_task_boundary: awaited between tasks, after a task completed and before the queue is listed
             again, with the number completed so far in this run (the soak samples and checks there).
+        worktree_locked: the caller holds the worktree's lock (harness/_worktree_lock.py) for this run;
+            otherwise the run takes it before anything else, and a second loop is refused.
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class Kernel:
         transcript_path: Path | None = None,
         observer: Callable[[dict[str, Any]], None] | None = None,
         on_task_boundary: Callable[[int], Awaitable[None]] | None = None,
+        worktree_locked: bool = False,
     ) -> None:
         self.config = config
         self.provider = provider or make_provider(config.queue, trigger=config.role.trigger)
@@ -84,6 +87,7 @@ class Kernel:
         self.transcript_path = transcript_path or default_transcript_path(config)
         self.observer = observer
         self.on_task_boundary = on_task_boundary
+        self.worktree_locked = worktree_locked
         self._controls = Controls()
         self._run: Run | None = None  # the current (or last) run
         self._ended: dict[str, Any] = {}  # the last run's terminal, once it has one
@@ -160,6 +164,7 @@ class Kernel:
             interactive_handler=self.interactive_handler,
             on_task_boundary=self.on_task_boundary,
             remembers=self._remembers,
+            worktree_locked=self.worktree_locked,
         )
         mode = "prompt" if prompt is not None else "task" if task_id is not None else "queue"
         transcript.record(

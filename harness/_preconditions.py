@@ -25,7 +25,7 @@ from pygit2.enums import FileStatus, RepositoryState
 
 from ._terminals import Stop, Terminal
 
-__all__ = ["GitState", "blocked", "check_git", "find_git_dir", "read_git_state"]
+__all__ = ["GitState", "blocked", "check_git", "find_git_dir", "read_git_state", "repository_dirs"]
 
 _EDIT_SESSIONS = {
     RepositoryState.MERGE: "merge",
@@ -81,6 +81,14 @@ def find_git_dir(worktree: Path) -> Path | None:
     except pygit2.GitError:
         return None
     return None if repo.is_bare else Path(repo.path)
+
+
+def repository_dirs(git_dir: Path) -> list[Path]:
+    """The worktree's git dir and, for a linked worktree, the repository's shared one (named in `commondir`)."""
+    try:
+        return [git_dir, (git_dir / (git_dir / "commondir").read_text().strip()).resolve()]
+    except OSError:
+        return [git_dir]
 
 
 def read_git_state(worktree: Path, git_dir: Path, repo: pygit2.Repository | None = None) -> GitState:

@@ -40,7 +40,7 @@ from ._egress import Egress
 from ._exec import ExecHost
 from ._hostcalls import HostCalls
 from ._policy import Policy
-from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state
+from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state, repository_dirs
 from ._questions import restate
 from ._records import RecordType
 from ._recovery import TOKEN_VARIABLE, ActiveRuns
@@ -52,6 +52,7 @@ from ._transport import agent_environment
 from ._turns import SEGMENT_PROMPT, PromptKind, TurnOutcome, after_turn, before_turn
 from ._watch import TaskWatch
 from ._worktree_events import WorktreeEvents
+from ._worktree_lock import WorktreeBusy, lock_worktree
 from .queues import QueueProvider, Task
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class Teardown:
     """How to close what a run opened, in a fixed order whatever was opened: stop serving the agent,
     then release its terminals, ... Each step runs whatever the one before did; a failure is recorded."""
 
-    ORDER = ("agent", "terminals", "host_tools", "provider", "egress", "sandbox", "changes")
+    ORDER = ("agent", "terminals", "host_tools", "provider", "egress", "sandbox", "changes", "worktree_lock")
 
     def __init__(self, transcript: Transcript) -> None:
         self.transcript = transcript
@@ -165,6 +166,7 @@ class Run:
         interactive_handler: InteractiveHandler | None,
         on_task_boundary: Callable[[int], Awaitable[None]] | None,
         remembers: bool,
+        worktree_locked: bool = False,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -178,6 +180,7 @@ class Run:
         self.interactive_handler = interactive_handler
         self.on_task_boundary = on_task_boundary
         self.remembers = remembers
+        self.worktree_locked = worktree_locked  # the caller holds the worktree's lock
         self.state = RunState.NEW
         self.position: dict[str, Any] = {}  # mode, or the current task and iteration
         self.teardown = Teardown(transcript)
@@ -213,6 +216,9 @@ class Run:
 
     async def prepare(self, *, single_prompt: bool) -> Agent | Stop:
         """Everything before the first task: the started agent, or the Stop that prevented it."""
+        busy = self._lock_worktree()
+        if busy is not None:
+            return busy
         if not single_prompt:
             stop = await self._activate()
             if stop is not None:
@@ -251,6 +257,23 @@ class Run:
             return stop
         self.agent = Agent(client, link, await self._start_host_tools(link, egress, tools_socket))
         return self.agent
+
+    def _lock_worktree(self) -> Stop | None:
+        """One loop per worktree: taken before anything else, given back when the run's teardown ends."""
+        if self.worktree_locked or self.git_dir is None:  # no git dir: the git precondition refuses the run
+            return None
+        try:
+            lock = lock_worktree(self.git_dir)
+        except WorktreeBusy as exc:
+            return blocked("workspace_free", str(exc), lock=exc.lock_file)
+        except OSError as exc:
+            return blocked("workspace_free", f"the worktree's lock cannot be taken: {exc}")
+
+        async def release() -> None:
+            lock.release()
+
+        self.teardown.add("worktree_lock", release)
+        return None
 
     async def _activate(self) -> Stop | None:
         if not self.config.agent.supports_permission_requests:
@@ -296,7 +319,7 @@ class Run:
         if cause is None and bwrap is not None:
             run_dir = Path(tempfile.mkdtemp(prefix="loop-harness-run-"))
             self.teardown.add("sandbox", lambda: asyncio.to_thread(shutil.rmtree, run_dir, True))
-            git_dirs = [self.git_dir, *_common_dir(self.git_dir)] if self.git_dir else []
+            git_dirs = repository_dirs(self.git_dir) if self.git_dir else []
             try:
                 sandbox = plan_sandbox(settings, bwrap=bwrap, worktree=self.config.workspace,
                                        rules=self.config.policy.rules,
@@ -665,14 +688,6 @@ def _closer(thing: socket.socket | ChangeMeter) -> Callable[[], Awaitable[None]]
         thing.close()  # a socket: a no-op once the host-tools server has taken it over and closed it
 
     return close
-
-
-def _common_dir(git_dir: Path) -> list[Path]:
-    """A linked worktree's git dir names the repository's shared one in `commondir`."""
-    try:
-        return [(git_dir / (git_dir / "commondir").read_text().strip()).resolve()]
-    except OSError:
-        return []
 
 
 def _task_prompt(prefix: str, task: Task) -> str:

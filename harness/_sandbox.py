@@ -188,7 +188,10 @@ def plan_sandbox(
         read_only -= set(own_git)
         mounts += [Mount("rw", d) for d in sorted(own_git)]
         read_only |= set(_git_config_paths(own_git))
-    mounts += [Mount("ro", p) for p in sorted(read_only)]
+    hidden = [m.path for m in mounts if m.how in ("mask-dir", "mask-file")]
+    # what lies under a hidden path stays hidden: a read-only mount there would show it again (and bwrap
+    # could not make its mount point on the mask)
+    mounts += [Mount("ro", p) for p in sorted(read_only) if not any(_within(p, h) for h in hidden)]
     mounts += walked.masks
     return Sandbox(config.mode, bwrap, home, tmp, tuple(mounts), str(empty))
 
@@ -197,9 +200,11 @@ def _hidden(paths: Sequence[Path], *, keep: Sequence[str]) -> list[Mount]:
     """Masks for `sandbox.hide`: an empty directory or file over each that exists. One that holds (or is
     inside) what the run needs, the worktree, its git directories, the run's HOME or temp dir, cannot be
     hidden: SandboxError, not a sandbox that hides the run from itself."""
-    masks = []
-    for path in paths:
+    masks: list[Mount] = []
+    for path in sorted(paths, key=lambda p: len(os.path.realpath(p))):
         real = os.path.realpath(path)
+        if any(_within(real, m.path) for m in masks):
+            continue  # already hidden with what holds it
         for needed in keep:
             needed = os.path.realpath(needed)
             if needed == real or needed.startswith(real + "/") or real.startswith(needed + "/"):
@@ -209,6 +214,11 @@ def _hidden(paths: Sequence[Path], *, keep: Sequence[str]) -> list[Mount]:
         elif os.path.exists(real):
             masks.append(Mount("mask-file", real))
     return masks
+
+
+def _within(path: str, directory: str) -> bool:
+    real = os.path.realpath(path)
+    return real == directory or real.startswith(directory.rstrip("/") + "/")
 
 
 def _git_config_paths(git_dirs: Sequence[str]) -> list[str]:

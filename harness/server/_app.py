@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -123,7 +124,15 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         if unknown:
             raise ApiError(422, "invalid", f"unknown keys {sorted(unknown)} (known: path, host, policy, sandbox)",
                            key=sorted(unknown)[0])  # fmt: skip
-        path = _worktree(body.get("path"))
+        path = await asyncio.to_thread(_worktree, body.get("path"))  # runs git: off the event loop
+        state_dir = os.path.realpath(state.directory)
+        if path == state_dir or path.startswith(state_dir + "/") or state_dir.startswith(path + "/"):
+            raise ApiError(422, "not_a_worktree", f"{path} holds or is inside the server's state directory "
+                           f"{state_dir}, which every agent is kept from", key="path")  # fmt: skip
+        for other in state.workspaces():  # nested worktrees: one loop's agent could write the other's files
+            if path.startswith(other.path + "/") or other.path.startswith(path + "/"):
+                raise ApiError(409, "workspace_overlap", f"{path} holds or is inside workspace {other.id} "
+                               f"({other.path})", workspace=other.id)  # fmt: skip
         host = _validated(QueueConfig, body.get("host"), "host") if body.get("host") is not None else None
         policy = _validated(PolicyConfig, body.get("policy", {}), "policy")
         sandbox = _validated(SandboxConfig, body["sandbox"], "sandbox") if body.get("sandbox") is not None else None
@@ -143,9 +152,9 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         except BindingError as exc:
             raise ApiError(422, "invalid", str(exc), key=exc.key) from None
         live = loops.live(workspace.id)
-        if live is not None and live.module != body["module"]:
+        if live is not None and live.binding != body:  # another module, or the same one with another agent
             raise ApiError(409, "session_live", f"session {live.run_id} of module {live.module!r} is live: stop it "
-                           "before binding another module", session=live.run_id, module=live.module)  # fmt: skip
+                           "before binding another agent", session=live.run_id, module=live.module)  # fmt: skip
         state.set_binding(workspace.id, body)
         return 200, state.workspace(workspace.id).as_json()
 
@@ -218,7 +227,7 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         text = body.get("text")
         if set(body) != {"text"} or not isinstance(text, str) or not text.strip():
             raise ApiError(422, "invalid", 'the body is {"text": "..."} (not empty)', key="text")
-        loop = loops.start_prompt(workspace, text, allow_once_after_s)
+        loop = await loops.start_prompt(workspace, text, allow_once_after_s)
         return 202, {"session": loop.run_id, "interactive": loop.pending is not None}
 
     def pending_of(workspace: Workspace) -> Pending:
@@ -243,12 +252,13 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         options = {o.get("optionId") for o in waiting.params.get("options") or []}
         if body == {"outcome": "cancelled"}:
             outcome: dict[str, Any] = {"outcome": "cancelled"}
-        elif set(body) == {"optionId"} and body["optionId"] in options:
+        elif set(body) == {"optionId"} and isinstance(body["optionId"], str) and body["optionId"] in options:
             outcome = {"outcome": "selected", "optionId": body["optionId"]}
         else:
             raise ApiError(422, "invalid", f'the body is {{"optionId": one of {sorted(options)}}} or '
                            '{"outcome": "cancelled"}', key="optionId")  # fmt: skip
-        pending.reply(request_id, outcome)
+        if not pending.reply(request_id, outcome):  # the countdown (or the session's end) got there first
+            raise ApiError(409, "already_answered", f"request {request_id!r} was answered before this reply")
         return 200, {"answered": request_id, **outcome}
 
     async def resume_session(request: Request) -> tuple[int, Any]:
@@ -340,13 +350,18 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise ApiError(413, "too_large", f"the body is {len(raw)} bytes (at most {MAX_BODY})")
+    """The body as a JSON object: read no further than the limit, and only text that can be stored and sent
+    back (a lone surrogate escape would be kept, then fail every answer that shows it)."""
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes")
     try:
-        body = json.loads(raw or b"null")
-    except ValueError as exc:
-        raise ApiError(400, "not_json", f"the body is not JSON: {exc}") from None
+        body = json.loads(bytes(raw) or b"null")
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        raise ApiError(400, "not_json", f"the body is not JSON this server can keep: {str(exc)[:200]}") from None
     if not isinstance(body, dict):
         raise ApiError(400, "not_an_object", "the body must be a JSON object")
     return body

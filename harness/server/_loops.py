@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
+from filelock import FileLock
 
-from .._config import parse_config
+from .._config import Config, parse_config
 from .._exceptions import ConfigError
 from .._kernel import Kernel
-from .._preconditions import check_git, find_git_dir, read_git_state
+from .._preconditions import check_git, find_git_dir, read_git_state, repository_dirs
 from .._recovery import ActiveRuns
+from .._worktree_lock import WorktreeBusy, lock_worktree
 from ._modules import BindingError, agent_section
 from ._pending import Pending
 from ._state import State, StateError, Workspace
@@ -34,6 +35,7 @@ class Loop:
     run_id: str
     workspace_id: str
     module: str
+    binding: dict[str, Any]  # the binding it started with: another one may not replace it while it runs
     kernel: Kernel
     lock: FileLock
     task: asyncio.Task[None] | None = None
@@ -50,6 +52,7 @@ class Loops:
     def __init__(self, state: State) -> None:
         self.state = state
         self.loops: dict[str, Loop] = {}  # the latest loop of each workspace this server ran
+        self.starting: set[str] = set()  # workspaces whose loop is being set up
 
     def live(self, workspace_id: str) -> Loop | None:
         loop = self.loops.get(workspace_id)
@@ -84,9 +87,9 @@ class Loops:
             raise StateError("policy_non_empty", "the workspace's policy has no rule: autonomy needs at least one")
         if workspace.queue is None:
             raise StateError("no_host_connection", "the workspace has no host connection (queue)")
-        return self._start(workspace, agent)
+        return await self._start(workspace, agent)
 
-    def start_prompt(self, workspace: Workspace, text: str, countdown_s: float) -> Loop:
+    async def start_prompt(self, workspace: Workspace, text: str, countdown_s: float) -> Loop:
         """A single-prompt session (autonomy not needed): with no policy rule, the interactive path, whose
         permission requests wait in `loop.pending` for a person (or the allow-once countdown)."""
         live = self.live(workspace.id)
@@ -97,62 +100,65 @@ class Loops:
         if not workspace.policy.get("rules"):
             sandbox_off = (workspace.sandbox or {}).get("mode") == "off"
             pending = Pending(countdown_s, lambda: self.state.autonomy_enabled and sandbox_off)
-        return self._start(workspace, agent, prompt=text, pending=pending)
+        return await self._start(workspace, agent, prompt=text, pending=pending)
 
-    def _start(self, workspace: Workspace, agent: dict[str, Any], *, prompt: str | None = None,
-               pending: Pending | None = None) -> Loop:  # fmt: skip
+    async def _start(self, workspace: Workspace, agent: dict[str, Any], *, prompt: str | None = None,
+                     pending: Pending | None = None) -> Loop:  # fmt: skip
         assert workspace.binding is not None
-        path = Path(workspace.path)
-        git_dir = find_git_dir(path)
-        stop = check_git(read_git_state(path, git_dir)) if git_dir is not None else None
-        if git_dir is None or stop is not None:
-            reason = dict(stop.reason) if stop is not None else {"check": "git_worktree"}
-            raise StateError("precondition", f"a precondition failed: {reason}", reason=reason)
-        # In .git/info, which the sandbox keeps read-only even when the agent may commit (`git_writable`): an
-        # agent that could unlink the lock file would let a second server lock a fresh one on the same worktree.
-        (git_dir / "info").mkdir(exist_ok=True)
-        lock = FileLock(git_dir / "info" / "loop-harness-server.lock")
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise StateError("workspace_busy", f"another loop holds {lock.lock_file}: one workspace, one loop",
-                             lock=lock.lock_file) from None  # fmt: skip
-        try:  # until the loop's task owns the lock, any failure gives it back
-            data = {"workspace": workspace.path, "agent": agent, "policy": workspace.policy,
-                    "queue": workspace.queue or {}, "transcripts": str(self.transcripts(workspace))}  # fmt: skip
-            data["sandbox"] = {**(workspace.sandbox or {}), "hide": [str(p) for p in self._hidden_from(workspace)]}
-            config = parse_config(data, base_dir=self.state.directory)
-            run_id = uuid.uuid4().hex[:12]
-            kernel = Kernel(config, interactive_handler=pending.handler if pending is not None else None)
-            loop = Loop(run_id, workspace.id, workspace.binding["module"], kernel, lock, pending=pending,
-                        prompt=prompt)  # fmt: skip
-            self.state.begin_run(run_id, workspace.id, loop.module, str(kernel.transcript_path))
-            self.state.set_active(workspace.id, prompt is None)
-        except ConfigError as exc:
-            lock.release()
-            raise StateError("config", str(exc), key=exc.key) from None
-        except BaseException:
-            lock.release()
-            raise
+        if workspace.id in self.starting:  # a second request while the first reads git: one loop per workspace
+            raise StateError("session_live", f"a session of workspace {workspace.id} is starting")
+        self.starting.add(workspace.id)
+        try:  # git is read (and the lock taken) off the event loop: a slow disk must not stall every client
+            lock = await asyncio.to_thread(_lock_worktree, Path(workspace.path))
+            try:  # until the loop's task owns the lock, any failure gives it back
+                config = await asyncio.to_thread(self._config, workspace, agent)
+                # while git was read, the binding or the switch may have changed: start what is asked now or nothing
+                if self.state.workspace(workspace.id).binding != workspace.binding:
+                    raise StateError("binding_changed", "the binding changed while the session was starting")
+                if prompt is None and not self.state.autonomy_enabled:
+                    raise StateError("autonomy_disabled", "the server's autonomy switch went off while the loop "
+                                     "was starting")  # fmt: skip
+                run_id = uuid.uuid4().hex[:12]
+                kernel = Kernel(
+                    config, interactive_handler=pending.handler if pending is not None else None, worktree_locked=True
+                )  # this server holds the lock for the loop
+                loop = Loop(run_id, workspace.id, workspace.binding["module"], dict(workspace.binding), kernel,
+                            lock, pending=pending, prompt=prompt)  # fmt: skip
+                self.state.begin_run(run_id, workspace.id, loop.module, str(kernel.transcript_path))
+                self.state.set_active(workspace.id, prompt is None)
+            except BaseException:
+                lock.release()
+                raise
+        finally:
+            self.starting.discard(workspace.id)
         loop.task = asyncio.create_task(self._drive(loop), name=f"loop-{workspace.id}")
         self.loops[workspace.id] = loop
         return loop
 
+    def _config(self, workspace: Workspace, agent: dict[str, Any]) -> Config:
+        """The run config, with what this agent may not see hidden (StateError when it is not valid)."""
+        data = {"workspace": workspace.path, "agent": agent, "policy": workspace.policy,
+                "queue": workspace.queue or {}, "transcripts": str(self.transcripts(workspace))}  # fmt: skip
+        own = (workspace.sandbox or {}).get("hide", [])  # the workspace's own, and what the server hides
+        data["sandbox"] = {**(workspace.sandbox or {}), "hide": [*own, *map(str, self._hidden_from(workspace))]}
+        try:
+            return parse_config(data, base_dir=self.state.directory)
+        except ConfigError as exc:
+            raise StateError("config", str(exc), key=exc.key) from None
+
     def _hidden_from(self, workspace: Workspace) -> list[Path]:
-        """What this workspace's agent may not read: the other workspaces (worktrees and transcripts) and the
-        server's own state (its database and token). A worktree nested in this one, or holding it, is left
-        to the policy: hiding it would hide this one."""
-        mine = os.path.realpath(workspace.path)
-        hidden = [self.state.directory / name for name in ("state.db", "state.db-wal", "state.db-shm", "token")]
+        """What this workspace's agent may not read: the server's state directory (its database, token and
+        every workspace's transcripts, also those registered later) and the other workspaces: their worktrees
+        and git directories. A worktree nested in this one, or holding it, and a repository this one shares
+        (linked worktrees), are left to the policy: hiding them would hide this one."""
+        mine = [os.path.realpath(workspace.path), *_git_dirs(workspace.path)]
+        hidden = [self.state.directory]
         for other in self.state.workspaces():
             if other.id == workspace.id:
                 continue
-            theirs = os.path.realpath(other.path)
-            if not (theirs == mine or theirs.startswith(mine + "/") or mine.startswith(theirs + "/")):
-                hidden.append(Path(theirs))
-            transcripts = self.transcripts(other).parent
-            transcripts.mkdir(parents=True, exist_ok=True)  # hidden from the start, not once it is made
-            hidden.append(transcripts)
+            for theirs in (os.path.realpath(other.path), *_git_dirs(other.path)):
+                if not any(_overlap(theirs, needed) for needed in mine):
+                    hidden.append(Path(theirs))
         return hidden
 
     async def _drive(self, loop: Loop) -> None:
@@ -175,6 +181,28 @@ class Loops:
         for loop in live:
             loop.kernel.cancel()
         await asyncio.gather(*(loop.task for loop in live if loop.task is not None), return_exceptions=True)
+
+
+def _lock_worktree(path: Path) -> FileLock:
+    """The git checks, then the worktree's lock (StateError when either refuses)."""
+    git_dir = find_git_dir(path)
+    stop = check_git(read_git_state(path, git_dir)) if git_dir is not None else None
+    if git_dir is None or stop is not None:
+        reason = dict(stop.reason) if stop is not None else {"check": "git_worktree"}
+        raise StateError("precondition", f"a precondition failed: {reason}", reason=reason)
+    try:
+        return lock_worktree(git_dir)
+    except WorktreeBusy as exc:
+        raise StateError("workspace_busy", str(exc), lock=exc.lock_file) from None
+
+
+def _git_dirs(worktree: str) -> list[str]:
+    git_dir = find_git_dir(Path(worktree))
+    return [os.path.realpath(d) for d in repository_dirs(git_dir)] if git_dir is not None else []
+
+
+def _overlap(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def _bound_agent(workspace: Workspace) -> dict[str, Any]:

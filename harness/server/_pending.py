@@ -1,6 +1,7 @@
 """Permission requests waiting for a person (the interactive path: a session whose policy has no rule).
 
-Requests are answered over the API, oldest first or in any order. Seed 002's idle allow-once countdown is
+Requests are answered over the API, oldest first or in any order; each id is random, so an answer meant
+for an earlier session's request (a stale page) cannot land on this session's. Seed 002's idle allow-once countdown is
 owned here: when it is on, the oldest request gets a deadline, a request reaching the front gets a fresh
 one, a person's reply cancels it, and at the deadline the request is answered with its `allow_once` option
 (never an `allow_always`: nothing is saved as a standing approval) after eligibility is checked again. It is
@@ -10,7 +11,7 @@ eligible only as seed 002 says: the server's autonomy switch on and the workspac
 from __future__ import annotations
 
 import asyncio
-import itertools
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,11 +41,10 @@ class Pending:
         self.countdown_s = countdown_s  # 0: no countdown
         self.eligible = eligible
         self.requests: dict[str, PendingRequest] = {}
-        self._ids = itertools.count(1)
         self._timer: asyncio.TimerHandle | None = None
 
     async def handler(self, params: dict[str, Any]) -> dict[str, Any]:
-        request = PendingRequest(f"p{next(self._ids)}", params, asyncio.get_running_loop().create_future())
+        request = PendingRequest(f"p-{secrets.token_hex(6)}", params, asyncio.get_running_loop().create_future())
         self.requests[request.id] = request
         self._arm()
         try:

@@ -88,6 +88,7 @@ class State:
     def open(cls, directory: Path) -> State:
         """Open (or make) the state directory, owner-only, for this server alone: a second server on the same
         directory would end the first one's loops as restarted, so it is refused (StateError)."""
+        directory = directory.expanduser().resolve()  # agents' configs name it: hide takes absolute paths
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(directory, 0o700)  # the database holds bindings' env (API keys) and the token sits beside it
         lock = FileLock(directory / "server.lock")
@@ -177,10 +178,12 @@ class State:
                  strict=True)} for row in rows]  # fmt: skip
 
     def restarted(self) -> list[str]:
-        """At start: every loop persisted active ended `Failed {kind: restarted}`, its workspace inactive;
-        the workspaces whose loop that was (their leftover agents are the caller's to end)."""
+        """At start: every loop persisted active, and every session not ended (a prompt session too), ended
+        `Failed {kind: restarted}`, its workspace inactive; the workspaces whose loop that was (their leftover
+        agents are the caller's to end)."""
         with self._lock:
-            active = [row[0] for row in self._db.execute("SELECT id FROM workspaces WHERE active = 1")]
+            active = [row[0] for row in self._db.execute("SELECT id FROM workspaces WHERE active = 1 UNION "
+                                                         "SELECT workspace FROM runs WHERE ended IS NULL")]  # fmt: skip
             self._db.execute("UPDATE runs SET ended = ?, terminal = 'Failed', reason = ? WHERE ended IS NULL",
                              (time.time(), json.dumps({"kind": "restarted"})))  # fmt: skip
             self._db.execute("UPDATE workspaces SET active = 0 WHERE active = 1")

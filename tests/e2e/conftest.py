@@ -33,10 +33,10 @@ class Server:
             self.process.stderr.close()
 
 
-def start_server(state: Path, env: dict[str, str] | None = None) -> Server:
+def start_server(state: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> Server:
     """Start `loop-harness serve --port 0`, wait for its address line; fails with its stderr if it exits."""
     process = subprocess.Popen([sys.executable, "-m", "harness", "serve", "--port", "0", "--state", str(state)],
-                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=cwd,
                                env={**os.environ, **(env or {})})  # fmt: skip
     assert process.stderr is not None
     line = process.stderr.readline()
@@ -47,6 +47,7 @@ def start_server(state: Path, env: dict[str, str] | None = None) -> Server:
         process.stderr.close()
         raise RuntimeError(f"the server did not start (exit {process.returncode}): {line}{rest}")
     given = (env or {}).get("LOOP_HARNESS_SERVER_TOKEN")
+    state = (cwd or Path.cwd()) / state
     return Server(found.group(1), given or (state / "token").read_text().strip(), state, process)
 
 
@@ -54,8 +55,8 @@ def start_server(state: Path, env: dict[str, str] | None = None) -> Server:
 def server_factory_fixture(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
 
-    def start(state: Path | None = None, env: dict[str, str] | None = None) -> Server:
-        server = start_server(state or tmp_path / "state", env)
+    def start(state: Path | None = None, env: dict[str, str] | None = None, cwd: Path | None = None) -> Server:
+        server = start_server(state or tmp_path / "state", env, cwd)
         started.append(server)
         return server
 

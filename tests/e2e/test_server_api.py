@@ -3,6 +3,9 @@ input on every endpoint (typed 4xx, nothing changed), and state that survives ki
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from harness.pytest_plugin import LOOP_E2E
@@ -73,6 +76,8 @@ BAD = [
     ("PUT", "/api/autonomy", {"content": b"{not json"}, 400, "not_json"),
     ("PUT", "/api/autonomy", {"json": [True]}, 400, "not_an_object"),
     ("PUT", "/api/autonomy", {"content": b" " * 70_000}, 413, "too_large"),
+    ("PUT", "/api/autonomy", {"content": (b" " * 8192 for _ in range(100))}, 413, "too_large"),  # chunked
+    ("PUT", "/api/autonomy", {"content": b"[" * 60_000}, 400, "not_json"),  # nested past the recursion limit
     ("POST", "/api/workspaces", {"json": {"path": "relative/ws"}}, 422, "invalid"),
     ("POST", "/api/workspaces", {"json": {"path": "/nonexistent/ws"}}, 422, "not_a_worktree"),
     ("POST", "/api/workspaces", {"json": {"path": "WS/src"}}, 422, "not_a_worktree"),
@@ -162,6 +167,9 @@ BAD_ON_A_WORKSPACE = [
     ("PUT", "/api/workspaces/W/agent/autonomy", {"json": {"active": "yes"}}, 422, "invalid"),
     ("PUT", "/api/workspaces/W/agent/autonomy", {"json": {"active": True}}, 409, "autonomy_disabled"),
     ("POST", "/api/workspaces/W/loop/steering", {"json": {"text": ""}}, 422, "invalid"),
+    ("POST", "/api/workspaces/W/loop/steering", {"content": b'{"text": "a\\ud800"}'}, 400, "not_json"),
+    ("PUT", "/api/workspaces/W/agent/binding", {"content": b'{"module": "codex", "env": {"A": "\\ud800"}}'}, 400,
+     "not_json"),  # a lone surrogate: stored, it would break every answer that shows the workspace
     ("POST", "/api/workspaces/W/loop/steering", {"json": {"text": "hi"}}, 409, "no_live_session"),
     ("POST", "/api/workspaces/W/loop/cancel", {}, 409, "no_live_session"),
     ("POST", "/api/workspaces/W/prompt", {"json": {"text": 7}}, 422, "invalid"),
@@ -200,6 +208,47 @@ def test_odd_paths_are_a_typed_422_not_a_500(server):
         for path in ("/tmp/a\u0000b", "/" + "x" * 5000):
             answer = client.post("/api/workspaces", json={"path": path})
             assert (answer.status_code, answer.json()["error"]["kind"]) == (422, "not_a_worktree"), answer.text
+
+
+def test_a_worktree_holding_or_inside_the_state_directory_is_refused(server_factory, tmp_path):
+    """Every agent is kept from the state directory (tokens, database, transcripts): a worktree there would
+    be hidden from its own agent, and one holding it would hold every transcript."""
+    holder = make_workspace(tmp_path / "holder")
+    server = server_factory(holder.path / "state")  # the state directory inside a worktree
+    inside = make_workspace(server.state / "inside")
+    with server.client() as client:
+        for path in (holder.path, inside.path):
+            answer = client.post("/api/workspaces", json={"path": str(path)})
+            assert (answer.status_code, answer.json()["error"]["kind"]) == (422, "not_a_worktree"), answer.text
+            assert "state directory" in answer.json()["error"]["message"]
+        assert client.get("/api/workspaces").json()["workspaces"] == []
+
+
+def test_nested_worktrees_are_refused_and_a_relative_state_directory_works(server_factory, tmp_path):
+    """One loop's agent may write its whole worktree: a workspace nested in it would be written too. A
+    relative --state (the default is one) is made absolute, or every session's config would be refused."""
+    server = server_factory(Path("relative-state"), cwd=tmp_path)
+    outer = make_workspace(tmp_path / "outer", ignore=["nested/"])
+    inner = make_workspace(outer.path / "nested")
+    holder = make_workspace(tmp_path / "holder", ignore=["in/"])
+    held = make_workspace(holder.path / "in")
+    with server.client() as client:
+        made = client.post("/api/workspaces", json={"path": str(outer.path)})
+        assert made.status_code == 201 and client.post("/api/workspaces", json={"path": str(held.path)}).is_success
+        for path in (inner.path, holder.path):  # inside a registered worktree; holding one
+            answer = client.post("/api/workspaces", json={"path": str(path)})
+            assert (answer.status_code, answer.json()["error"]["kind"]) == (409, "workspace_overlap"), answer.text
+        scenario = tmp_path / "scenario.yaml"
+        scenario.write_text('tasks: [{turns: [{steps: [{message: "hello"}]}]}]\n')
+        workspace_id = made.json()["id"]
+        client.put(f"/api/workspaces/{workspace_id}/agent/binding", json={"module": "scripted",
+                                                                         "scenario": str(scenario)})  # fmt: skip
+        assert client.post(f"/api/workspaces/{workspace_id}/prompt", json={"text": "hi"}).status_code == 202
+        deadline = time.monotonic() + 30
+        while (status := client.get(f"/api/workspaces/{workspace_id}/loop").json())["state"] != "ended":
+            assert time.monotonic() < deadline, status
+            time.sleep(0.05)
+    assert status["terminal"] == "EndTurn", status
 
 
 def test_the_state_is_the_server_users_alone_and_one_servers_only(server, server_factory):

@@ -97,3 +97,50 @@ def test_the_idle_countdown_answers_allow_once_only_with_the_sandbox_off(server_
     decided = [r for r in read_transcript(Path(sessions[-1]["transcript"])) if r["type"] == "policy"
                and r["source"] == "session/request_permission"]  # fmt: skip
     assert [r["outcome"] for r in decided] == [{"outcome": "selected", "optionId": "allow"}]  # allow-once, never always
+
+
+def test_an_answer_after_the_countdown_answered_is_a_409_and_ids_differ_between_sessions(server_factory, tmp_path):
+    """A stale page's click must not land on another request: ids are never reused across sessions, and a
+    reply to a request already answered (here by the countdown) says so instead of a 200."""
+    server = server_factory(env={"LOOP_HARNESS_ALLOW_ONCE_AFTER_S": "1"})
+    with server.client() as client:
+        host = {"provider": "memory", "tasks": [{"id": "T1", "title": "x"}]}
+        ws, workspace_id = interactive_workspace(client, tmp_path, sandbox="off", host=host)
+        client.put("/api/autonomy", json={"enabled": True})
+        ids = []
+        for _ in range(2):
+            client.post(f"/api/workspaces/{workspace_id}/prompt", json={"text": "write some notes"})
+            ids.append(pending(client, workspace_id)[0]["id"])
+            ended(client, workspace_id)  # the countdown answered allow-once
+            (ws.path / "out" / "notes.txt").unlink()
+        assert ids[0] != ids[1], ids
+
+        client.put("/api/autonomy", json={"enabled": False})  # no countdown: the request waits for a person
+        client.post(f"/api/workspaces/{workspace_id}/prompt", json={"text": "write some notes"})
+        waiting = pending(client, workspace_id)[0]["id"]
+        stale = client.post(f"/api/workspaces/{workspace_id}/permissions/{ids[0]}", json={"optionId": "reject"})
+        assert (stale.status_code, stale.json()["error"]["kind"]) == (404, "no_such_request")
+        assert client.post(f"/api/workspaces/{workspace_id}/permissions/{waiting}", json={"optionId": "reject"}
+                           ).status_code == 200  # fmt: skip
+        ended(client, workspace_id)
+    assert not (ws.path / "out" / "notes.txt").exists()
+
+
+def test_kill_9_during_a_prompt_session_then_restart_ends_its_transcript(server_factory, tmp_path):
+    """A prompt session is not an activated loop, but a restart still ends it: history and transcript."""
+    first = server_factory()
+    with first.client() as client:
+        _, workspace_id = interactive_workspace(client, tmp_path)
+        client.post(f"/api/workspaces/{workspace_id}/prompt", json={"text": "write some notes"})
+        pending(client, workspace_id)
+        session = client.get(f"/api/workspaces/{workspace_id}/sessions").json()["sessions"][0]
+    first.kill()
+    assert read_transcript(Path(session["transcript"]))[-1]["type"] != "terminal"
+
+    second = server_factory(first.state)
+    with second.client() as client:
+        status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
+    assert (status["terminal"], status["reason"]) == ("Failed", {"kind": "restarted"})
+    last = read_transcript(Path(session["transcript"]))[-1]
+    assert (last["type"], last["terminal"], last["reason"]["kind"]) == ("terminal", "Failed", "restarted")
+    assert not list(Path(session["transcript"]).parent.glob(".active/*.json"))

@@ -84,6 +84,13 @@ def test_steering_is_queued_and_cancel_ends_the_loop_cancelled(server, tmp_path)
             json={"module": "command", "command": ["true"], "supports_permission_requests": True},
         )
         assert other.status_code == 409 and other.json()["error"]["session"] == running["session"]
+        bound = client.get(f"/api/workspaces/{workspace_id}").json()["binding"]
+        elsewhere = write_yaml(tmp_path / "other-scenario.yaml", WRITES)  # the same module, another agent
+        same_module = client.put(f"/api/workspaces/{workspace_id}/agent/binding",
+                                 json={**bound, "scenario": str(elsewhere)})  # fmt: skip
+        assert same_module.status_code == 409 and same_module.json()["error"]["kind"] == "session_live"
+        assert client.get(f"/api/workspaces/{workspace_id}").json()["binding"] == bound  # nothing changed
+        assert client.put(f"/api/workspaces/{workspace_id}/agent/binding", json=bound).status_code == 200  # as is
         assert client.delete(f"/api/workspaces/{workspace_id}/agent/binding").status_code == 409
 
         assert client.post(f"/api/workspaces/{workspace_id}/loop/cancel").status_code == 202
@@ -371,7 +378,7 @@ def test_an_agent_that_may_commit_cannot_free_its_workspace_for_a_second_loop(se
     a = server_factory(tmp_path / "state-a")
     b = server_factory(tmp_path / "state-b")
     unlock = {"tasks": [{"turns": [turn(
-        {"run": {"script": "rm -fv .git/loop-harness-server.lock .git/info/loop-harness-server.lock"}},
+        {"run": {"script": "rm -fv .git/info/loop-harness.lock .git/loop-harness.lock"}},
         {"hang": True})]}]}  # fmt: skip
     with a.client() as client_a, b.client() as client_b:
         ws, id_a = setup_workspace(client_a, tmp_path, unlock, sandbox={"git_writable": True})
@@ -390,3 +397,79 @@ def test_an_agent_that_may_commit_cannot_free_its_workspace_for_a_second_loop(se
         assert refused.status_code == 409 and refused.json()["error"]["kind"] == "workspace_busy", refused.text
         client_a.post(f"/api/workspaces/{id_a}/loop/cancel")
         wait_for(client_a, id_a, lambda s: s["state"] == "ended")
+
+
+def ran_outputs(transcript: Path) -> list[str]:
+    """What each `run` step of a scripted agent printed, in order (after "ran '<script>' -> exit N")."""
+    return [r["msg"]["params"]["update"]["content"]["text"].split("\n", 1)[1] for r in read_transcript(transcript)
+            if r["type"] == "rpc" and "agent_message_chunk" in json.dumps(r) and "ran '" in json.dumps(r)]  # fmt: skip
+
+
+def test_transcripts_of_later_sessions_and_the_repository_behind_a_linked_worktree_are_hidden(server, tmp_path):
+    """The hostile agent starts, waits while another workspace registers and runs, then looks: for that
+    session's transcript, and into the repository behind a linked worktree registered before it started
+    (the repository lies outside that worktree). A worktree registered after a loop started is not hidden
+    from it: the README says so."""
+    with server.client() as client:
+        repository = make_workspace(tmp_path / "repository")  # not registered: only its linked worktree is
+        linked = tmp_path / "linked"
+        repository.git("worktree", "add", "-q", "-b", "side", str(linked))
+        assert client.post("/api/workspaces", json={"path": str(linked), "policy": POLICY}).status_code == 201
+        wait = "for i in $(seq 600); do [ -e out/go ] && break; sleep 0.1; done"
+        look = {"tasks": [{"turns": [turn(
+            {"run": {"script": f"{wait}; ls -R {server.state}"}},
+            {"run": {"script": f"ls -A {repository.path}/.git; git -C {repository.path} log --oneline | head -3"}},
+            {"run": {"script": f"cat {linked}/README.md"}},
+        )]}]}  # fmt: skip
+        hostile, id_h = setup_workspace(client, tmp_path, look, tasks=TASKS[:1], name="h")
+        client.put(f"/api/workspaces/{id_h}/agent/autonomy", json={"active": True})
+        wait_for(client, id_h, lambda s: s["state"] == "running" and s.get("task") == "T1")
+
+        _, id_b = setup_workspace(client, tmp_path, WRITES, name="later")
+        client.put(f"/api/workspaces/{id_b}/agent/autonomy", json={"active": True})
+        assert wait_for(client, id_b, lambda s: s["state"] == "ended")["terminal"] == "Idle"
+        (hostile.path / "out").mkdir(exist_ok=True)
+        (hostile.path / "out" / "go").write_text("")
+        wait_for(client, id_h, lambda s: s["state"] == "ended")
+        transcript = Path(client.get(f"/api/workspaces/{id_h}/sessions").json()["sessions"][0]["transcript"])
+
+    listing, git, readme = ran_outputs(transcript)[:3]  # the first turn's three looks
+    assert listing.splitlines() == [f"{server.state}:"], listing  # the state directory reads empty
+    assert "HEAD" not in git and "initial commit" not in git, git  # the repository behind the linked worktree
+    assert "A workspace for loop-harness" not in readme, readme
+
+
+def test_activations_racing_on_one_workspace_start_one_session(server, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with server.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, HANGS)
+
+        def activate(_: int) -> tuple[int, str]:
+            with server.client() as own:  # a connection each: the requests really overlap
+                answer = own.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+                body = answer.json()
+                return answer.status_code, body.get("session") or body["error"]["kind"]
+
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(activate, range(6)))
+        sessions = client.get(f"/api/workspaces/{workspace_id}/sessions").json()["sessions"]
+        assert len(sessions) == 1, (answers, sessions)
+        assert {what for status, what in answers if status == 200} == {sessions[0]["id"]}, answers
+        assert all(what == "session_live" for status, what in answers if status != 200), answers
+        client.post(f"/api/workspaces/{workspace_id}/loop/cancel")
+        wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+
+
+def test_a_workspaces_own_hidden_paths_stay_hidden_beside_the_servers(server, tmp_path):
+    secret = tmp_path / "secrets"
+    secret.mkdir()
+    (secret / "key").write_text("hunter2\n")
+    look = {"tasks": [{"turns": [turn({"run": {"script": f"cat {secret}/key"}})]}]}
+    with server.client() as client:
+        _, workspace_id = setup_workspace(client, tmp_path, look, tasks=TASKS[:1], sandbox={"hide": [str(secret)]})
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+        transcript = Path(client.get(f"/api/workspaces/{workspace_id}/sessions").json()["sessions"][0]["transcript"])
+    printed = ran_outputs(transcript)
+    assert printed and not any("hunter2" in text for text in printed), printed

@@ -158,3 +158,36 @@ def test_changes_left_by_the_last_task_are_reported(scripted_scenario, harness_c
     assert result.tasks[0].terminal is Terminal.COMPLETED
     assert result.tasks[0].left_changes == ["?? src/a.txt"]
     assert result.to_json()["tasks"][0]["left_changes"] == ["?? src/a.txt"]
+
+
+def test_a_second_loop_on_a_worktree_is_refused_while_the_first_runs(scripted_scenario, harness_config, run_loop,
+                                                                      tmp_path, one_task):  # fmt: skip
+    """Two `loop-harness run`s (or a run and a server's loop) on one worktree would race each other's agent:
+    the second is refused before it starts one, and the worktree is free again once the first has ended."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    hangs = harness_config(scripted_scenario(scenario({"T1": [turn({"message": "busy"}, {"hang": True})]}),
+                                             name="hangs.yaml"), name="hangs-loop.yaml")  # fmt: skip
+    first = tmp_path / "transcripts" / "first.jsonl"
+    cli = str(Path(sys.executable).parent / "loop-harness")
+    process = subprocess.Popen([cli, "run", str(hangs), "--transcript", str(first)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while '"busy"' not in (first.read_text() if first.exists() else ""):
+            assert time.monotonic() < deadline and process.poll() is None, "the first run never got going"
+            time.sleep(0.05)
+
+        second = run_loop(harness_config(one_task))
+
+        assert_blocked_before_agent(second, "workspace_free")
+        assert second.reason["lock"].endswith(".git/info/loop-harness.lock")
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+    assert read_transcript(first)[-1]["terminal"] == "Cancelled"
+    assert run_loop(harness_config(one_task)).terminal is Terminal.IDLE  # the lock went with the first run
