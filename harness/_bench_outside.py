@@ -1,6 +1,6 @@
 """`loop-harness bench kernel --outside`: the kernel's overhead over a bare SDK client, timed from outside.
 
-Issue 15's measurement. Both sides are whole processes started by this one and timed from spawn to exit:
+Issue 15's measurement. Both sides are whole processes started by this one:
 
 - the kernel: `python -m harness run CONFIG --json`, the real command line with everything on (policy,
   preconditions at every boundary, the transcript, the sandbox, the progress lines on stderr), draining a
@@ -9,21 +9,25 @@ Issue 15's measurement. Both sides are whole processes started by this one and t
   (session/new, prompt, the permission allowed, the read served, session/close) and nothing else.
 
 Both drive the same foreign agent, written on the official SDK only (`harness._bench_outside_sdk`): per task
-one tool call, one permission request and one `fs/read_text_file`. Each side runs `warm` tasks and `tasks`
-tasks; the steady-state rate (tasks - warm) / (t(tasks) - t(warm)) cancels start-up (interpreter, imports,
-config, agent spawn). Sides alternate run by run; each side's best (shortest) t(warm) and t(tasks) over the
-rounds give its rate (per-round rates are printed too). Figures, not asserts.
+one tool call, one permission request and one `fs/read_text_file`. The steady-state rate is
+(N - warm) / (t(N) - t(warm)), where t(k) is when this process *reads* the side's line saying its k-th task
+ended (the kernel's progress line on stderr, the bare client's on stdout): start-up (interpreter, imports,
+config, agent spawn) cancels out inside one run, with none of the noise two separate runs' start-ups add.
+Sides alternate, `rounds` runs each; the ratio is the median of the rounds' ratios (each round's two runs
+ran back to back), and each side's median rate is shown. Figures, not asserts.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ._bench_outside_sdk import AGENT_MODULE
 from .testing import OUT_RULES, loop_config, make_workspace, write_yaml
@@ -31,12 +35,13 @@ from .testing import OUT_RULES, loop_config, make_workspace, write_yaml
 __all__ = ["bench_outside"]
 
 KERNEL, BARE = "kernel", "bare"
+DONE = "  ✓ ".encode()  # how the kernel's progress line for a completed task starts
 
 
 def bench_outside(
-    *, tasks: int = 400, warm: int = 20, rounds: int = 2, as_json: bool = False, workdir: Path | None = None
+    *, tasks: int = 400, warm: int = 20, rounds: int = 3, as_json: bool = False, workdir: Path | None = None
 ) -> int:
-    """Time both sides at `warm` and at `tasks` tasks, alternating, `rounds` times; report the best rates.
+    """Drain `tasks` tasks on each side, alternating, `rounds` times; report the steady-state rates and ratio.
     `workdir` keeps the workspace and the kernel's transcripts there (default: a temporary directory)."""
     if tasks <= warm:
         print(f"--tasks must exceed the {warm} warm-up tasks", file=sys.stderr)
@@ -51,37 +56,23 @@ def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool) -> 
     root = root.resolve()
     workspace = make_workspace(root / "ws", ignore=["out/"])
     agent = [sys.executable, "-m", AGENT_MODULE, "agent"]
-    configs = {
-        n: write_yaml(
-            root / f"loop-{n}.yaml",
-            loop_config(
-                workspace,
-                agent=agent,
-                tasks=[{"id": f"T{i}", "title": f"bench task {i}"} for i in range(n)],
-                rules=OUT_RULES,
-                transcripts=str(root / "runs"),
-            ),
-        )
-        for n in (warm, tasks)
-    }
+    config = write_yaml(root / "loop.yaml", loop_config(
+        workspace, agent=agent, tasks=[{"id": f"T{i}", "title": f"bench task {i}"} for i in range(1, tasks + 1)],
+        rules=OUT_RULES, transcripts=str(root / "runs")))  # fmt: skip
     runs: list[dict[str, Any]] = []
     transcript: dict[str, Any] = {}
     for r in range(rounds):
-        order = (KERNEL, BARE) if r % 2 == 0 else (BARE, KERNEL)
-        times: dict[str, dict[int, float]] = {KERNEL: {}, BARE: {}}
-        for n in (warm, tasks):
-            for side in order:
-                if side == KERNEL:
-                    times[side][n], transcript = _run_kernel(configs[n], n, root / "kernel-stderr.txt")
-                else:
-                    times[side][n] = _run_bare(workspace.path, n)
-        for side in (KERNEL, BARE):
-            t_warm, t_all = times[side][warm], times[side][tasks]
-            rate = (tasks - warm) / (t_all - t_warm) if t_all > t_warm else None
-            runs.append({"round": r + 1, "side": side, "t_warm_s": round(t_warm, 3), "t_all_s": round(t_all, 3),
-                         "tasks_per_s": None if rate is None else round(rate, 1)})  # fmt: skip
-    best = {side: _best(runs, side, tasks - warm) for side in (KERNEL, BARE)}
-    kernel, bare = best[KERNEL], best[BARE]
+        for side in (KERNEL, BARE) if r % 2 == 0 else (BARE, KERNEL):
+            if side == KERNEL:
+                marks, transcript = _run_kernel(config, tasks)
+            else:
+                marks = _run_bare(workspace.path, tasks)
+            rate = (tasks - warm) / (marks[-1] - marks[warm - 1])
+            runs.append({"round": r + 1, "side": side, "t_warm_s": round(marks[warm - 1], 3),
+                         "t_all_s": round(marks[-1], 3), "tasks_per_s": round(rate, 1)})  # fmt: skip
+    median = {side: statistics.median(r["tasks_per_s"] for r in runs if r["side"] == side) for side in (KERNEL, BARE)}
+    ratios = [_rate(runs, r, KERNEL) / _rate(runs, r, BARE) for r in range(1, rounds + 1)]
+    kernel, bare = median[KERNEL], median[BARE]
     figures: dict[str, Any] = {
         "tasks": tasks,
         "warm": warm,
@@ -89,10 +80,11 @@ def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool) -> 
         "runs": runs,
         "kernel_tasks_per_s": kernel,
         "bare_sdk_tasks_per_s": bare,
-        "ratio": round(kernel / bare, 3) if kernel and bare else None,
-        "kernel_ms_per_task": round(1000 / kernel, 3) if kernel else None,
-        "bare_sdk_ms_per_task": round(1000 / bare, 3) if bare else None,
-        "kernel_adds_ms_per_task": round(1000 / kernel - 1000 / bare, 3) if kernel and bare else None,
+        "ratio": round(statistics.median(ratios), 3),
+        "ratios": [round(x, 3) for x in ratios],
+        "kernel_ms_per_task": round(1000 / kernel, 3),
+        "bare_sdk_ms_per_task": round(1000 / bare, 3),
+        "kernel_adds_ms_per_task": round(1000 / kernel - 1000 / bare, 3),
         "transcript_records_per_task": round(transcript["records"] / tasks, 1),
         "transcript_bytes_per_task": transcript["bytes"] // tasks,
         "transcript": transcript["path"],
@@ -100,57 +92,63 @@ def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool) -> 
     if as_json:
         print(json.dumps(figures))
         return 0
-    print(f"steady state: (N - {warm}) / (t(N) - t({warm})), N = {tasks}, whole processes timed from outside;"
-          f" best t of {rounds} each, sides alternating")  # fmt: skip
+    print(f"steady state: (N - {warm}) / (t(N) - t({warm})), N = {tasks}; t(k): when this process read the side's"
+          f" line for its k-th task; {rounds} rounds, sides alternating")  # fmt: skip
     for run in runs:
-        shown = "n/a (t(N) <= t(warm))" if run["tasks_per_s"] is None else f"{run['tasks_per_s']:>7} tasks/s"
         print(f"  round {run['round']} {run['side']:<6} t({warm}) {run['t_warm_s']:>7.3f} s"
-              f"  t({tasks}) {run['t_all_s']:>7.3f} s  {shown}")  # fmt: skip
-    print(f"kernel (`python -m harness run`, everything on): {_shown(kernel)} tasks/s")
-    print(f"bare SDK client (protocol work only):            {_shown(bare)} tasks/s")
-    print(f"ratio kernel / bare:   {_shown(figures['ratio'])}")
-    if figures["kernel_adds_ms_per_task"] is not None:
-        print(f"per task: kernel {figures['kernel_ms_per_task']} ms, bare {figures['bare_sdk_ms_per_task']} ms,"
-              f" the kernel adds {figures['kernel_adds_ms_per_task']} ms")  # fmt: skip
+              f"  t({tasks}) {run['t_all_s']:>7.3f} s  {run['tasks_per_s']:>7} tasks/s")  # fmt: skip
+    print(f"kernel (`python -m harness run`, everything on): {kernel} tasks/s (median)")
+    print(f"bare SDK client (protocol work only):            {bare} tasks/s (median)")
+    print(f"ratio kernel / bare:   {figures['ratio']} (median of the rounds' {', '.join(map(str, figures['ratios']))})")
+    print(f"per task: kernel {figures['kernel_ms_per_task']} ms, bare {figures['bare_sdk_ms_per_task']} ms,"
+          f" the kernel adds {figures['kernel_adds_ms_per_task']} ms")  # fmt: skip
     print(f"transcript: {figures['transcript_records_per_task']} records, "
           f"{figures['transcript_bytes_per_task']} bytes per task (complete, checked after every run)")  # fmt: skip
     return 0
 
 
-def _best(runs: list[dict[str, Any]], side: str, steady: int) -> float | None:
-    """The steady-state rate from the side's best (shortest) t(warm) and best t(N): a start-up slowed by a
-    neighbour in one round and not in the other would otherwise swing a rate, not just slow it."""
-    mine = [r for r in runs if r["side"] == side]
-    t_warm, t_all = min(r["t_warm_s"] for r in mine), min(r["t_all_s"] for r in mine)
-    return round(steady / (t_all - t_warm), 1) if t_all > t_warm else None
+def _rate(runs: list[dict[str, Any]], round_: int, side: str) -> float:
+    return float(next(r["tasks_per_s"] for r in runs if r["round"] == round_ and r["side"] == side))
 
 
-def _shown(value: float | None) -> str:
-    return "n/a" if value is None else str(value)
+def _marks(process: subprocess.Popen[bytes], stream: IO[bytes], is_mark: Callable[[bytes], bool]) -> list[float]:
+    """When each task-ended line was read, in seconds from the spawn; the rest of the output is kept."""
+    start, marks = time.perf_counter(), []
+    for line in stream:
+        if is_mark(line):
+            marks.append(time.perf_counter() - start)
+    process.wait()
+    return marks
 
 
-def _run_kernel(config: Path, tasks: int, stderr_path: Path) -> tuple[float, dict[str, Any]]:
-    """`python -m harness run CONFIG --json` from spawn to exit (progress lines on, to a file); then its
-    result and its transcript are checked (outside the timing)."""
-    with stderr_path.open("wb") as stderr:
-        start = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-m", "harness", "run", str(config), "--json"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            check=False,
-        )
-        elapsed = time.perf_counter() - start
+def _run_kernel(config: Path, tasks: int) -> tuple[list[float], dict[str, Any]]:
+    """`python -m harness run CONFIG --json`, its progress lines (`  ✓ T7 Completed ...`) read as they come;
+    then its result and its transcript are checked (outside the timing)."""
+    with tempfile.TemporaryFile() as stdout:  # the result line is long: a pipe nobody reads would block the run
+        process = subprocess.Popen([sys.executable, "-m", "harness", "run", str(config), "--json"],
+                                   stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE)  # fmt: skip
+        assert process.stderr is not None
+        tail: list[bytes] = []  # the other lines: the error report, should it fail
+
+        def is_mark(line: bytes) -> bool:
+            if line.startswith(DONE):
+                return True
+            tail.append(line)
+            return False
+
+        marks = _marks(process, process.stderr, is_mark)
+        process.stderr.close()
+        stdout.seek(0)
+        out = stdout.read()
     try:
-        result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        result = json.loads(out.decode().strip().splitlines()[-1])
     except (IndexError, ValueError):
         result = {}
     completed = [t for t in result.get("tasks", ()) if t.get("terminal") == "Completed" and t.get("iterations")]
-    if done.returncode != 0 or result.get("terminal") != "Idle" or len(completed) != tasks:
-        tail = stderr_path.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"the kernel side did not drain {tasks} tasks (exit {done.returncode}): {result}\n{tail}")
-    return elapsed, _check_transcript(Path(result["transcript"]), tasks)
+    if process.returncode != 0 or result.get("terminal") != "Idle" or len(completed) != tasks or len(marks) != tasks:
+        raise RuntimeError(f"the kernel side did not drain {tasks} tasks (exit {process.returncode}, {len(marks)} "
+                           f"lines): {result}\n{b''.join(tail[-20:]).decode(errors='replace')}")  # fmt: skip
+    return marks, _check_transcript(Path(result["transcript"]), tasks)
 
 
 def _check_transcript(path: Path, tasks: int) -> dict[str, Any]:
@@ -172,17 +170,16 @@ def _check_transcript(path: Path, tasks: int) -> dict[str, Any]:
     return {"path": str(path), "records": len(records), "bytes": len(data)}
 
 
-def _run_bare(workspace: Path, tasks: int) -> float:
-    """The bare SDK client from spawn to exit."""
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", AGENT_MODULE, "client", str(workspace), str(tasks)],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        check=False,
-    )
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0 or done.stdout.decode().split() != ["completed", str(tasks)]:
-        tail = done.stderr.decode(errors="replace")[-2000:]
-        raise RuntimeError(f"the bare side did not drain {tasks} tasks (exit {done.returncode}): {tail}")
-    return elapsed
+def _run_bare(workspace: Path, tasks: int) -> list[float]:
+    """The bare SDK client, its `done K` lines read as they come."""
+    with tempfile.TemporaryFile() as stderr:  # read after the run: a full pipe would block it
+        process = subprocess.Popen([sys.executable, "-m", AGENT_MODULE, "client", str(workspace), str(tasks)],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr)  # fmt: skip
+        assert process.stdout is not None
+        marks = _marks(process, process.stdout, lambda line: line.startswith(b"done "))
+        process.stdout.close()
+        stderr.seek(0)
+        error = stderr.read().decode(errors="replace")[-2000:]
+    if process.returncode != 0 or len(marks) != tasks:
+        raise RuntimeError(f"the bare side did not drain {tasks} tasks (exit {process.returncode}): {error}")
+    return marks

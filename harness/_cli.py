@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.outside:
             from ._bench_outside import bench_outside
 
-            return bench_outside(tasks=args.tasks or 400, rounds=args.rounds or 2, as_json=args.json)
+            return bench_outside(tasks=args.tasks or 400, rounds=args.rounds or 3, as_json=args.json)
         if args.sandbox:
             from ._bench_sandbox import bench_sandbox
 

@@ -440,21 +440,24 @@ class Run:
             listing = await self.host.call("list_tasks", self.provider.list_tasks)
             if isinstance(listing, Stop):
                 return listing
-            waiting = [t for t in listing if t.id not in completed and (only is None or t.id == only)]
-            for task in [t for t in waiting if t.id in earlier and t.id not in skipped]:  # said once per run
-                skipped.add(task.id)
-                reason = {"kind": "completed_earlier", **earlier[task.id]}
-                tasks.append(TaskResult(task.id, task.title, Terminal.COMPLETED, reason))
-                self.transcript.record(
-                    RecordType.TASK_SKIPPED, task={"id": task.id, "title": task.title}, reason=reason
-                )
-                if only is not None:
-                    return Stop(Terminal.COMPLETED, reason)
-            waiting = [t for t in waiting if t.id not in skipped]
+            if len(skipped) < len(earlier):  # tasks completed by an earlier run: each said once per run
+                listed = [t for t in listing if t.id not in completed and (only is None or t.id == only)]
+                for done in [t for t in listed if t.id in earlier and t.id not in skipped]:
+                    skipped.add(done.id)
+                    reason = {"kind": "completed_earlier", **earlier[done.id]}
+                    tasks.append(TaskResult(done.id, done.title, Terminal.COMPLETED, reason))
+                    self.transcript.record(
+                        RecordType.TASK_SKIPPED, task={"id": done.id, "title": done.title}, reason=reason
+                    )
+                    if only is not None:
+                        return Stop(Terminal.COMPLETED, reason)
+            # the next task: the first one listed (a long queue is not copied at every boundary)
+            task = next((t for t in listing if t.id not in completed and t.id not in skipped
+                         and (only is None or t.id == only)), None)  # fmt: skip
             state = self._git_state() if last is not None else None  # one read per boundary
             if last is not None:
                 last.left_changes = list(state.changes) if state else []
-            if not waiting:
+            if task is None:
                 if only is not None:
                     return blocked("task_assigned", f"task {only!r} is not in the queue", task=only)
                 if store is not None:
@@ -465,7 +468,6 @@ class Run:
                 stop = await self.host.authorize(self.provider) or self._check_git(left_by_task=last.id, state=state)
                 if stop is not None:
                     return stop
-            task = waiting[0]
             result = await self._run_task(agent, task)
             tasks.append(result)
             if result.terminal is not Terminal.COMPLETED:

@@ -11,15 +11,15 @@ are cut (and marked), which bounds a record's size without dropping it.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any
 
 __all__ = ["Transcript", "read_transcript"]
 
-if TYPE_CHECKING:
-    from ._records import RecordType
+from ._records import RecordType
 
 Observer = Callable[[dict[str, Any]], None]
 
@@ -29,7 +29,9 @@ class Transcript:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.bytes_written = 0
-        self._file: TextIO | None = path.open("a", encoding="utf-8")
+        # One write(2) per record on an append-only descriptor: the record has reached the OS when `record`
+        # returns, before the kernel acts on what it records (no buffer of ours to lose on kill -9).
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
         self._max_string = max_string
         self._observers: list[Observer] = [observer] if observer else []
         self._seq = 0
@@ -39,30 +41,58 @@ class Transcript:
         """Append one record and return it (with its sequence number and time)."""
         self._seq += 1
         entry = {"seq": self._seq, "t": round(time.monotonic() - self._t0, 6), "type": type, **fields}
-        line = json.dumps(entry, separators=(",", ":"), default=str, ensure_ascii=False)
+        line = _dumps(entry)
         if len(line) > 2 * self._max_string:
             entry = _bounded(entry, self._max_string)
-            line = json.dumps(entry, separators=(",", ":"), default=str, ensure_ascii=False)
+            line = _dumps(entry)
         if len(line) > 16 * self._max_string:  # many short strings: keep the record, drop its payload
             kept = {k: v for k, v in entry.items() if k in ("seq", "t", "type", "dir", "source", "decision")}
             entry = {**kept, "truncated": True, "bytes": len(line)}
-            line = json.dumps(entry, separators=(",", ":"), default=str, ensure_ascii=False)
-        if self._file is not None:
-            self._file.write(line + "\n")
-            self._file.flush()
-            self.bytes_written += len(line) + 1
+            line = _dumps(entry)
+        self._write(line)
         for observer in self._observers:
             observer(entry)
         return entry
 
+    def record_rpc(self, direction: str, message: dict[str, Any], wire: str) -> dict[str, Any]:
+        """An `rpc` record of `message` as it crossed the pipe: `wire` is its JSON text (what the kernel sent,
+        or the agent's line), embedded as is rather than encoded a second time. A line with a carriage return
+        (JSON whitespace that a reader's universal newlines would split on) or past the string bound is
+        encoded from the message as any record."""
+        if len(wire) > 2 * self._max_string or "\r" in wire:
+            return self.record(RecordType.RPC, dir=direction, msg=message)
+        self._seq += 1
+        t = round(time.monotonic() - self._t0, 6)
+        self._write(f'{{"seq":{self._seq},"t":{t},"type":"rpc","dir":"{direction}","msg":{wire.strip()}}}')
+        entry = {"seq": self._seq, "t": t, "type": RecordType.RPC, "dir": direction, "msg": message}
+        for observer in self._observers:
+            observer(entry)
+        return entry
+
+    def _write(self, line: str) -> None:
+        if self._fd is None:
+            return
+        try:
+            data = (line + "\n").encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (an agent can send one, escaped): kept as its escape
+            data = (json.dumps(json.loads(line), separators=(",", ":"), ensure_ascii=True) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self.bytes_written += len(data)
+
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     @property
     def closed(self) -> bool:
-        return self._file is None
+        return self._fd is None
+
+
+def _dumps(entry: dict[str, Any]) -> str:
+    return json.dumps(entry, separators=(",", ":"), default=str, ensure_ascii=False)
 
 
 def read_transcript(path: Path) -> list[dict[str, Any]]:

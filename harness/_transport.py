@@ -122,7 +122,7 @@ class AgentProcess:
     # --- acp.Transport -------------------------------------------------------------------------
 
     async def send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        text = json.dumps(message, separators=(",", ":"))
         stdin = self.process.stdin
         if stdin is None or stdin.is_closing():
             if "method" not in message:  # an answer the agent is no longer there to read: nothing is lost
@@ -131,9 +131,9 @@ class AgentProcess:
             raise ConnectionError("agent stdin is closed")
         if message.get("method") == "session/prompt":
             self._prompts[message.get("id")] = str((message.get("params") or {}).get("sessionId"))
-        self.transcript.record(RecordType.RPC, dir="out", msg=message)
+        self.transcript.record_rpc("out", message, text)
         try:
-            stdin.write(data)
+            stdin.write((text + "\n").encode())
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
             if "method" not in message:
@@ -149,11 +149,12 @@ class AgentProcess:
                 return None
             if not line.strip():
                 continue
-            message = self._parse(line)
-            if message is None:
+            parsed = self._parse(line)
+            if parsed is None:
                 self.disconnected.set()
                 return None
-            self.transcript.record(RecordType.RPC, dir="in", msg=message)
+            message, text = parsed
+            self.transcript.record_rpc("in", message, text)
             if "method" not in message:
                 self._prompts.pop(message.get("id"), None)  # a prompt's answer ends its turn here
             ARRIVAL.set(next(iter(self._prompts.values()), None))
@@ -197,9 +198,11 @@ class AgentProcess:
             chunks.append(chunk)
             return b"".join(chunks)
 
-    def _parse(self, line: bytes) -> dict[str, Any] | None:
+    def _parse(self, line: bytes) -> tuple[dict[str, Any], str] | None:
+        """The message and its text, or None after a framing error."""
         try:
-            message = json.loads(line)
+            text = line.decode("utf-8")  # strictly: json.loads(bytes) would also take UTF-16 and lone surrogates
+            message = json.loads(text)
         except ValueError as exc:
             self._fail(f"stdout line is not JSON ({exc})", line)
             return None
@@ -217,7 +220,7 @@ class AgentProcess:
             # to anyone reading `"method" in message`: one message, two readings, is no message at all
             self._fail("JSON-RPC method is not a name", line)
             return None
-        return message
+        return message, text
 
     def _fail(self, error: str, line: bytes) -> None:
         head = line[:200].decode("utf-8", errors="replace")

@@ -365,8 +365,11 @@ class _Player:
 
     def _step_garbage(self, spec: Any) -> None:
         spec = spec if isinstance(spec, dict) else {"text": str(spec)}
-        data = spec.get("text", "this is not JSON-RPC") + ("\n" if spec.get("newline", True) else "")
-        self.wire.write_raw(data.encode())
+        newline = b"\n" if spec.get("newline", True) else b""
+        if "hex" in spec:  # bytes no text can carry (e.g. invalid UTF-8)
+            self.wire.write_raw(bytes.fromhex(spec["hex"]) + newline)
+            return
+        self.wire.write_raw(spec.get("text", "this is not JSON-RPC").encode() + newline)
 
     def _step_stderr_flood(self, size: int) -> None:
         chunk = b"E" * 65536

@@ -39,7 +39,7 @@ class MemoryQueueProvider:
         authorized: bool = True,
         faults: list[FaultConfig] | None = None,
     ) -> None:
-        self._open = list(tasks)
+        self._open = {t.id: t for t in tasks}  # by id: marking one done is O(1) in a long queue
         self._awaiting_review = list(proposals or ())
         self.trigger = trigger
         self._authorized = authorized
@@ -70,13 +70,16 @@ class MemoryQueueProvider:
     async def list_tasks(self) -> list[Task]:
         self.calls["list_tasks"] += 1
         self._maybe_fail("list_tasks", None)
-        return list(self._awaiting_review if self.trigger is Trigger.PROPOSAL_AWAITING_REVIEW else self._open)
+        if self.trigger is Trigger.PROPOSAL_AWAITING_REVIEW:
+            return list(self._awaiting_review)
+        return list(self._open.values())
 
     async def mark_done(self, task: Task) -> None:
         self.calls["mark_done"] += 1
         self._maybe_fail("mark_done", task.id)
-        self._open = [t for t in self._open if t.id != task.id]
-        self._awaiting_review = [t for t in self._awaiting_review if t.id != task.id]
+        self._open.pop(task.id, None)
+        if self._awaiting_review:
+            self._awaiting_review = [t for t in self._awaiting_review if t.id != task.id]
         self.done.append(task.id)
 
     async def aclose(self) -> None:

@@ -3,6 +3,7 @@ the transcript is complete and valid after each (checked by the run_loop fixture
 
 from __future__ import annotations
 
+import json
 import time
 
 import psutil
@@ -284,3 +285,34 @@ def test_a_record_of_many_short_strings_is_still_bounded(tmp_path):
     (record,) = read_transcript(tmp_path / "t.jsonl")
     assert record["truncated"] is True and record["bytes"] > 1_000_000
     assert (tmp_path / "t.jsonl").stat().st_size < 1024
+
+
+UPDATE = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":' \
+         '"agent_message_chunk","content":{"type":"text","text":"TEXT"}}}}'  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "line",
+    [UPDATE.replace("TEXT", "\\ud800 a lone surrogate"), UPDATE.replace(',"method"', ',\r"method"')],
+    ids=["escaped-lone-surrogate", "carriage-return-between-tokens"],
+)
+def test_odd_but_valid_json_keeps_the_transcript_line_for_line(scripted_scenario, harness_config, run_loop, line):
+    """JSON the parser takes that a transcript line must not carry as is: a lone surrogate (not UTF-8 once
+    decoded) and a carriage return (a reader's universal newlines would split the line there)."""
+    result = run_one(scripted_scenario, harness_config, run_loop, turn({"garbage": {"text": line}},
+                                                                        {"message": "after"}))  # fmt: skip
+    records = read_transcript(result.transcript)  # every line one whole record
+    assert result.reason["kind"] != "kernel_error", result.reason
+    said = [r["msg"]["params"]["update"]["content"]["text"] for r in records if r["type"] == "rpc"
+            and r["msg"].get("method") == "session/update" and r["msg"]["params"]["sessionId"] == "s"]  # fmt: skip
+    assert said and set(said) == {json.loads(line)["params"]["update"]["content"]["text"]}  # (once a turn)
+    assert "after" in json.dumps(records)  # the agent's next message was read and recorded too
+
+
+def test_a_line_that_is_not_utf8_is_a_framing_error(scripted_scenario, harness_config, run_loop):
+    """ACP is UTF-8 JSON: a surrogate encoded as bytes (which `json.loads(bytes)` would take) is refused."""
+    line = UPDATE.replace("TEXT", "@").encode().replace(b"@", bytes.fromhex("eda080")).hex()
+    result = run_one(scripted_scenario, harness_config, run_loop, turn({"garbage": {"hex": line}}))
+    assert (result.terminal, result.reason["kind"]) == (Terminal.FAILED, "framing_error")
+    assert "utf-8" in result.reason["error"]
+    read_transcript(result.transcript)

@@ -86,10 +86,11 @@ def said(path: Path) -> list[str]:
             and r["msg"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk"]  # fmt: skip
 
 
-def recover(harness_config, scripted_scenario) -> subprocess.CompletedProcess[str]:
-    """A second run with the same transcripts directory: it recovers the first."""
+def recover(harness_config, scripted_scenario, workspace=None) -> subprocess.CompletedProcess[str]:
+    """A second run with the same transcripts directory: it recovers the first. (`workspace`: another
+    worktree, for a first run that is still alive and holds its own.)"""
     quick = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}), name="quick.yaml")
-    done = cli("run", harness_config(quick, name="quick-loop.yaml"), "--json")
+    done = cli("run", harness_config(quick, name="quick-loop.yaml", workspace=workspace), "--json")
     assert done.returncode == 0, done.stderr
     return done
 
@@ -304,7 +305,9 @@ def test_a_torn_line_longer_than_a_read_block_is_cut_whole(scripted_scenario, ha
     assert last["reason"]["torn_tail"]["bytes"] == len(torn)
 
 
-def test_a_live_runs_marker_rewritten_to_name_a_dead_kernel_is_not_trusted(scripted_scenario, harness_config, tmp_path):
+def test_a_live_runs_marker_rewritten_to_name_a_dead_kernel_is_not_trusted(
+    scripted_scenario, harness_config, tmp_path, make_harness_workspace
+):
     busy = scripted_scenario(scenario({"T1": [turn({"message": "working"}, {"hang": True})]}), name="busy.yaml")
     first = tmp_path / "transcripts" / "first.jsonl"
     process = start(harness_config(busy, name="busy-loop.yaml"), first)
@@ -315,7 +318,7 @@ def test_a_live_runs_marker_rewritten_to_name_a_dead_kernel_is_not_trusted(scrip
         marker.write_text(json.dumps(forged))
         agent = next(r["pid"] for r in records(first) if r["type"] == "agent_start")
 
-        second = recover(harness_config, scripted_scenario)
+        second = recover(harness_config, scripted_scenario, make_harness_workspace("second"))
 
         assert not gone(agent, settle=0.3), "a live run's agent was killed"
         assert records(first)[-1]["type"] != "terminal"
