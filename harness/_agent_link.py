@@ -31,6 +31,7 @@ from acp.schema import (
 
 from ._client import KernelClient
 from ._config import AgentConfig, LimitsConfig
+from ._flag import Flag
 from ._records import RecordType
 from ._recovery import TOKEN_VARIABLE
 from ._sandbox import Sandbox
@@ -135,7 +136,7 @@ class AgentLink:
             await self._close_open_session()
 
     async def prompt(
-        self, session_id: str, text: str, *, cancel: asyncio.Event, interrupt: asyncio.Future[None] | None = None
+        self, session_id: str, text: str, *, cancel: Flag, interrupt: asyncio.Future[None] | None = None
     ) -> str | Stop | Interrupted:
         """One `session/prompt` round: the agent's stop reason, a Stop for a fault, deadline or cancel, or
         `Interrupted` when `interrupt` (a budget) was resolved and the turn was cancelled for it."""
@@ -146,12 +147,12 @@ class AgentLink:
             self.process.forget_prompts()  # anything the agent sends from now on is outside the turn
 
     async def _prompt(
-        self, session_id: str, text: str, cancel: asyncio.Event, interrupt: asyncio.Future[None] | None
+        self, session_id: str, text: str, cancel: Flag, interrupt: asyncio.Future[None] | None
     ) -> str | Stop | Interrupted:
         assert self._conn is not None and self.process is not None
         prompt = asyncio.ensure_future(self._conn.prompt(session_id=session_id, prompt=[text_block(text)]))
-        wake = () if interrupt is None else (interrupt,)
-        await self._wait_or_exit(prompt, cancel.wait(), wake=wake, timeout=self.limits.turn_timeout_s)
+        wake = (cancel.future(),) if interrupt is None else (cancel.future(), interrupt)
+        await self._wait_or_exit(prompt, wake=wake, timeout=self.limits.turn_timeout_s)
         if prompt.done():
             return await self._outcome(prompt, "session/prompt", self._stop_reason)
         if self.process.exited.is_set():  # dead, with its stdout held open by a grandchild
@@ -230,22 +231,13 @@ class AgentLink:
             return Stop(Terminal.FAILED, {"kind": "protocol_error", "request": what, "error": str(exc)[:500]})
 
     async def _wait_or_exit(
-        self,
-        future: asyncio.Future[Any],
-        *also: Awaitable[Any],
-        wake: Iterable[asyncio.Future[None]] = (),
-        timeout: float,
+        self, future: asyncio.Future[Any], *, wake: Iterable[asyncio.Future[None]] = (), timeout: float
     ) -> None:
-        """Wait for `future`, for any of `also` or `wake`, for the agent process to exit, or for `timeout`.
-        `also` are awaited in tasks of their own, cancelled after; `wake` futures are someone else's, left as
-        they are."""
+        """Wait for `future`, for any of `wake` (someone else's futures, left as they are), for the agent
+        process to exit, or for `timeout`. Futures only: no task is started to wait."""
         assert self.process is not None
-        watchers = [asyncio.ensure_future(a) for a in (*also, self.process.exited.wait())]
-        try:
-            await asyncio.wait({future, *watchers, *wake}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for watcher in watchers:
-                watcher.cancel()
+        waiting = {future, self.process.exited.future(), *wake}
+        await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
 
     async def _cancel_turn(self, session_id: str, prompt: asyncio.Future[Any]) -> tuple[str | None, bool]:
         """session/cancel, answer parked permissions `cancelled`, wait the grace, then kill the group."""
@@ -272,7 +264,8 @@ class AgentLink:
             return
         assert self._conn is not None
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._conn.close_session(session_id=session_id), 2.0)
+            async with asyncio.timeout(2.0):  # in this task: wait_for would start one per session
+                await self._conn.close_session(session_id=session_id)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class CompletedTasks:
                 identity.append(str(os.stat(git_dir).st_ino))
         key = hashlib.sha256("\0".join(identity).encode()).hexdigest()[:20]
         self.path = transcripts / ".completed" / f"{key}.jsonl"
+        self._fd: int | None = None  # opened at the first completion, kept for the run (`close`)
 
     def load(self) -> dict[str, dict[str, Any]]:
         """Task id -> where and when it completed; empty when nothing was recorded. One JSON line per
@@ -52,20 +53,25 @@ class CompletedTasks:
         return tasks
 
     def add(self, task_id: str, transcript: Path) -> None:
-        """Record a completed task: one line appended, before the kernel acts on the completion."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not stat.S_ISDIR(os.lstat(self.path.parent).st_mode):
-            raise OSError(f"{self.path.parent} is not a directory")
+        """Record a completed task: one line appended (one write(2)), before the kernel acts on the
+        completion."""
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not stat.S_ISDIR(os.lstat(self.path.parent).st_mode):
+                raise OSError(f"{self.path.parent} is not a directory")
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            self._fd = os.open(self.path, flags, 0o644)
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         line = json.dumps({"id": task_id, "transcript": str(transcript), "at": at}) + "\n"
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(self.path, flags, 0o644)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+        os.write(self._fd, line.encode())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def clear(self) -> None:
+        self.close()
         with contextlib.suppress(OSError):
             if stat.S_ISDIR(os.lstat(self.path.parent).st_mode):  # never through a symlinked directory
                 self.path.unlink(missing_ok=True)

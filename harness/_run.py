@@ -38,6 +38,7 @@ from ._completed import CompletedTasks
 from ._config import Config
 from ._egress import Egress
 from ._exec import ExecHost
+from ._flag import Flag
 from ._hostcalls import HostCalls
 from ._policy import Policy
 from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state, repository_dirs
@@ -78,12 +79,12 @@ class Controls:
     cancel_requested: bool = False
     steering: list[str] = field(default_factory=list)
     _loop: asyncio.AbstractEventLoop | None = None
-    _event: asyncio.Event | None = None
+    _event: Flag | None = None
     _transcript: Transcript | None = None
 
-    def bind(self, transcript: Transcript) -> asyncio.Event:
-        """The running loop's cancel event (set already if a cancel came first)."""
-        self._loop, self._event, self._transcript = asyncio.get_running_loop(), asyncio.Event(), transcript
+    def bind(self, transcript: Transcript) -> Flag:
+        """The running loop's cancel flag (set already if a cancel came first)."""
+        self._loop, self._event, self._transcript = asyncio.get_running_loop(), Flag(), transcript
         if self.cancel_requested:
             self._event.set()
         return self._event
@@ -117,7 +118,8 @@ class Teardown:
     """How to close what a run opened, in a fixed order whatever was opened: stop serving the agent,
     then release its terminals, ... Each step runs whatever the one before did; a failure is recorded."""
 
-    ORDER = ("agent", "terminals", "host_tools", "provider", "egress", "sandbox", "changes", "worktree_lock")
+    ORDER = ("agent", "terminals", "host_tools", "provider", "egress", "sandbox", "changes", "completed",
+             "worktree_lock")  # fmt: skip
 
     def __init__(self, transcript: Transcript) -> None:
         self.transcript = transcript
@@ -427,6 +429,12 @@ class Run:
         completed: set[str] = set()
         store = self._completed_store()
         earlier = store.load() if store is not None else {}
+        if store is not None:
+
+            async def close_store() -> None:
+                store.close()
+
+            self.teardown.add("completed", close_store)
         skipped: set[str] = set()
         last: TaskResult | None = None
         while True:

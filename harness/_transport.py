@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from ._flag import Flag
 from ._records import RecordType
 from ._recovery import end_processes
 from ._transcript import Transcript
@@ -93,7 +94,7 @@ class AgentProcess:
         self._stderr = bytearray()
         self._stderr_keep = stderr_keep
         self._prompts: dict[Any, str] = {}  # unanswered session/prompt request ids -> their session
-        self.exited = asyncio.Event()  # the process itself has exited (its pipes may live on)
+        self.exited = Flag()  # the process itself has exited (its pipes may live on)
         self.killed = False  # its group was sent a signal: it may not have exited yet, but it is done for
         self._stderr_task = asyncio.create_task(self._drain_stderr(), name="agent-stderr")
         self._exit_task = asyncio.create_task(self._watch_exit(), name="agent-exit")
