@@ -83,6 +83,9 @@ def find_git_dir(worktree: Path) -> Path | None:
     return None if repo.is_bare else Path(repo.path)
 
 
+_IGNORED = int(FileStatus.IGNORED)  # a plain int: IntFlag's & runs Python code for every entry
+
+
 def repository_dirs(git_dir: Path) -> list[Path]:
     """The worktree's git dir and, for a linked worktree, the repository's shared one (named in `commondir`)."""
     try:
@@ -101,14 +104,15 @@ def read_git_state(worktree: Path, git_dir: Path, repo: pygit2.Repository | None
     repo = repo or pygit2.Repository(str(git_dir))
     status = repo.status(ignored=True)
     changes = tuple(f"{_code(flags)} {path}" for path, flags in sorted(status.items())
-                    if not flags & FileStatus.IGNORED or _hides_itself(path))  # fmt: skip
-    ignored = frozenset(path for path, flags in status.items() if flags & FileStatus.IGNORED)
-    edit = _EDIT_SESSIONS.get(RepositoryState(repo.state()))
-    if repo.head_is_unborn:
+                    if not flags & _IGNORED or _hides_itself(path))  # fmt: skip
+    ignored = frozenset(path for path, flags in status.items() if flags & _IGNORED)
+    edit = _EDIT_SESSIONS.get(repo.state())  # keyed by RepositoryState, an IntEnum: its int finds it
+    try:
+        head = repo.head  # one read of HEAD for all below (head_is_unborn and head_is_detached are a read each)
+    except pygit2.GitError:  # unborn: the branch HEAD names has no commit yet
         return GitState(None, None, 0, changes, edit, ignored)
-    head = repo.head  # one read of HEAD for all below
     oid = head.target if isinstance(head.target, pygit2.Oid) else None
-    if repo.head_is_detached:
+    if head.name == "HEAD":  # detached: HEAD holds a commit, not a branch's name
         return GitState(None, None, 0, changes, edit, ignored, oid)
     branch = head.shorthand
     upstream = None
