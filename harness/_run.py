@@ -268,8 +268,6 @@ class Run:
             lock = lock_worktree(self.git_dir)
         except WorktreeBusy as exc:
             return blocked("workspace_free", str(exc), lock=exc.lock_file)
-        except OSError as exc:
-            return blocked("workspace_free", f"the worktree's lock cannot be taken: {exc}")
 
         async def release() -> None:
             lock.release()

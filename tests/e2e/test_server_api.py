@@ -238,6 +238,9 @@ def test_nested_worktrees_are_refused_and_a_relative_state_directory_works(serve
         for path in (inner.path, holder.path):  # inside a registered worktree; holding one
             answer = client.post("/api/workspaces", json={"path": str(path)})
             assert (answer.status_code, answer.json()["error"]["kind"]) == (409, "workspace_overlap"), answer.text
+        (tmp_path / "alias").symlink_to(outer.path)  # the same worktree by another name: resolved, then refused
+        answer = client.post("/api/workspaces", json={"path": str(tmp_path / "alias")})
+        assert (answer.status_code, answer.json()["error"]["kind"]) == (409, "workspace_exists"), answer.text
         scenario = tmp_path / "scenario.yaml"
         scenario.write_text('tasks: [{turns: [{steps: [{message: "hello"}]}]}]\n')
         workspace_id = made.json()["id"]

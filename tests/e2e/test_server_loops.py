@@ -38,6 +38,19 @@ def setup_workspace(client, tmp_path, scenario, *, tasks=TASKS, policy=POLICY, n
     return ws, workspace_id
 
 
+def register_again(client, ws, tmp_path):
+    """`ws`, set up on one server by `setup_workspace`, registered, bound and switched on in another."""
+    made = client.post("/api/workspaces", json={"path": str(ws.path), "policy": POLICY,
+                                                "host": {"provider": "memory", "tasks": TASKS}})  # fmt: skip
+    workspace_id = made.json()["id"]
+    client.put("/api/autonomy", json={"enabled": True})
+    client.put(
+        f"/api/workspaces/{workspace_id}/agent/binding",
+        json={"module": "scripted", "scenario": str(tmp_path / "ws-scenario.yaml")},
+    )
+    return workspace_id
+
+
 def wait_for(client, workspace_id, predicate, timeout=60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -176,12 +189,7 @@ def test_one_workspace_is_never_driven_by_two_servers(server_factory, tmp_path):
     b = server_factory(tmp_path / "state-b")
     with a.client() as client_a, b.client() as client_b:
         ws, id_a = setup_workspace(client_a, tmp_path, HANGS)
-        made = client_b.post("/api/workspaces", json={"path": str(ws.path), "policy": POLICY,
-                                                      "host": {"provider": "memory", "tasks": TASKS}})  # fmt: skip
-        id_b = made.json()["id"]
-        client_b.put("/api/autonomy", json={"enabled": True})
-        client_b.put(f"/api/workspaces/{id_b}/agent/binding", json={"module": "scripted", "scenario": str(
-            tmp_path / "ws-scenario.yaml")})  # fmt: skip
+        id_b = register_again(client_b, ws, tmp_path)
         client_a.put(f"/api/workspaces/{id_a}/agent/autonomy", json={"active": True})
         wait_for(client_a, id_a, lambda s: s["state"] == "running")
 
@@ -385,12 +393,7 @@ def test_an_agent_that_may_commit_cannot_free_its_workspace_for_a_second_loop(se
         client_a.put(f"/api/workspaces/{id_a}/agent/autonomy", json={"active": True})
         wait_for(client_a, id_a, lambda s: s["state"] == "running" and s.get("task") == "T1")
         time.sleep(1.0)  # the agent's removal has run by now
-        made = client_b.post("/api/workspaces", json={"path": str(ws.path), "policy": POLICY,
-                                                      "host": {"provider": "memory", "tasks": TASKS}})  # fmt: skip
-        id_b = made.json()["id"]
-        client_b.put("/api/autonomy", json={"enabled": True})
-        client_b.put(f"/api/workspaces/{id_b}/agent/binding", json={"module": "scripted", "scenario": str(
-            tmp_path / "ws-scenario.yaml")})  # fmt: skip
+        id_b = register_again(client_b, ws, tmp_path)
 
         refused = client_b.put(f"/api/workspaces/{id_b}/agent/autonomy", json={"active": True})
 
@@ -473,3 +476,17 @@ def test_a_workspaces_own_hidden_paths_stay_hidden_beside_the_servers(server, tm
         transcript = Path(client.get(f"/api/workspaces/{workspace_id}/sessions").json()["sessions"][0]["transcript"])
     printed = ran_outputs(transcript)
     assert printed and not any("hunter2" in text for text in printed), printed
+
+
+def test_a_symlink_planted_as_the_worktree_lock_is_refused_and_followed_nowhere(server, tmp_path):
+    victim = tmp_path / "thesis.txt"
+    victim.write_text("years of work\n")
+    with server.client() as client:
+        ws, workspace_id = setup_workspace(client, tmp_path, WRITES)
+        (ws.path / ".git" / "info").mkdir(exist_ok=True)
+        (ws.path / ".git" / "info" / "loop-harness.lock").symlink_to(victim)
+        refused = client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        assert (refused.status_code, refused.json()["error"]["kind"]) == (409, "workspace_busy"), refused.text
+        assert "cannot be taken" in refused.json()["error"]["message"]
+        assert client.get(f"/api/workspaces/{workspace_id}/sessions").json()["sessions"] == []
+    assert victim.read_text() == "years of work\n"

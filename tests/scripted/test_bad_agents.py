@@ -293,12 +293,17 @@ UPDATE = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","
 
 @pytest.mark.parametrize(
     "line",
-    [UPDATE.replace("TEXT", "\\ud800 a lone surrogate"), UPDATE.replace(',"method"', ',\r"method"')],
-    ids=["escaped-lone-surrogate", "carriage-return-between-tokens"],
+    [
+        UPDATE.replace("TEXT", "\\ud800 a lone surrogate"),
+        UPDATE.replace(',"method"', ',\r"method"'),
+        UPDATE.replace('"text":"TEXT"', '"text":"shown first","text":"the one read"'),
+    ],
+    ids=["escaped-lone-surrogate", "carriage-return-between-tokens", "duplicate-key"],
 )
 def test_odd_but_valid_json_keeps_the_transcript_line_for_line(scripted_scenario, harness_config, run_loop, line):
     """JSON the parser takes that a transcript line must not carry as is: a lone surrogate (not UTF-8 once
-    decoded) and a carriage return (a reader's universal newlines would split the line there)."""
+    decoded) and a carriage return (a reader's universal newlines would split the line there); and a duplicate
+    key, kept as the agent wrote it, which a reader must read as the kernel did (the last one)."""
     result = run_one(scripted_scenario, harness_config, run_loop, turn({"garbage": {"text": line}},
                                                                         {"message": "after"}))  # fmt: skip
     records = read_transcript(result.transcript)  # every line one whole record

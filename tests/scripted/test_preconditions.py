@@ -191,3 +191,20 @@ def test_a_second_loop_on_a_worktree_is_refused_while_the_first_runs(scripted_sc
         process.wait(timeout=30)
     assert read_transcript(first)[-1]["terminal"] == "Cancelled"
     assert run_loop(harness_config(one_task)).terminal is Terminal.IDLE  # the lock went with the first run
+
+
+def test_a_symlink_planted_as_the_worktree_lock_is_not_followed(one_task, harness_config, run_loop, harness_workspace,
+                                                                 tmp_path):  # fmt: skip
+    """The lock file is opened, and would be created or truncated: one planted as a symlink must touch nothing
+    it names. The run refuses to start without the lock."""
+    victim = tmp_path / "thesis.txt"
+    victim.write_text("years of work\n")
+    info = harness_workspace.path / ".git" / "info"
+    info.mkdir(exist_ok=True)
+    (info / "loop-harness.lock").symlink_to(victim)
+
+    result = run_loop(harness_config(one_task))
+
+    assert_blocked_before_agent(result, "workspace_free")
+    assert "cannot be taken" in result.reason["detail"]
+    assert victim.read_text() == "years of work\n"
