@@ -186,10 +186,7 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
 
     async def post_steering(request: Request) -> tuple[int, Any]:
         workspace = workspace_of(request)
-        body = await _json_object(request)
-        text = body.get("text")
-        if set(body) != {"text"} or not isinstance(text, str) or not text.strip():
-            raise ApiError(422, "invalid", 'the body is {"text": "..."} (not empty)', key="text")
+        text = await _text_body(request)
         live = _live_or_409(loops, workspace)
         live.kernel.steer(text)
         return 202, {"queued": True, "pending": len(live.kernel.steering_pending), "session": live.run_id}
@@ -223,10 +220,7 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
     async def post_prompt(request: Request) -> tuple[int, Any]:
         """A single-prompt session; with an empty policy, the interactive path (permissions over the API)."""
         workspace = workspace_of(request)
-        body = await _json_object(request)
-        text = body.get("text")
-        if set(body) != {"text"} or not isinstance(text, str) or not text.strip():
-            raise ApiError(422, "invalid", 'the body is {"text": "..."} (not empty)', key="text")
+        text = await _text_body(request)
         loop = await loops.start_prompt(workspace, text, allow_once_after_s)
         return 202, {"session": loop.run_id, "interactive": loop.pending is not None}
 
@@ -365,6 +359,15 @@ async def _json_object(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(400, "not_an_object", "the body must be a JSON object")
     return body
+
+
+async def _text_body(request: Request) -> str:
+    """`{"text": "..."}`, not empty (steering and prompts)."""
+    body = await _json_object(request)
+    text = body.get("text")
+    if set(body) != {"text"} or not isinstance(text, str) or not text.strip():
+        raise ApiError(422, "invalid", 'the body is {"text": "..."} (not empty)', key="text")
+    return text
 
 
 def _validated(model: type[QueueConfig | PolicyConfig | SandboxConfig], value: Any, key: str) -> dict[str, Any]:
