@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from ._config import RuleConfig, SandboxConfig
+from ._paths import overlaps, within
 from ._policy import glob_matches
 from .models._resolve import model_cache_dir
 
@@ -191,7 +192,7 @@ def plan_sandbox(
     hidden = [m.path for m in mounts if m.how in ("mask-dir", "mask-file")]
     # what lies under a hidden path stays hidden: a read-only mount there would show it again (and bwrap
     # could not make its mount point on the mask)
-    mounts += [Mount("ro", p) for p in sorted(read_only) if not any(_within(p, h) for h in hidden)]
+    mounts += [Mount("ro", p) for p in sorted(read_only) if not any(within(os.path.realpath(p), h) for h in hidden)]
     mounts += walked.masks
     return Sandbox(config.mode, bwrap, home, tmp, tuple(mounts), str(empty))
 
@@ -203,22 +204,17 @@ def _hidden(paths: Sequence[Path], *, keep: Sequence[str]) -> list[Mount]:
     masks: list[Mount] = []
     for path in sorted(paths, key=lambda p: len(os.path.realpath(p))):
         real = os.path.realpath(path)
-        if any(_within(real, m.path) for m in masks):
+        if any(within(real, m.path) for m in masks):
             continue  # already hidden with what holds it
         for needed in keep:
             needed = os.path.realpath(needed)
-            if needed == real or needed.startswith(real + "/") or real.startswith(needed + "/"):
+            if overlaps(real, needed):
                 raise SandboxError(f"sandbox.hide: {path} holds or is inside {needed}, which the run needs")
         if os.path.isdir(real):
             masks.append(Mount("mask-dir", real))
         elif os.path.exists(real):
             masks.append(Mount("mask-file", real))
     return masks
-
-
-def _within(path: str, directory: str) -> bool:
-    real = os.path.realpath(path)
-    return real == directory or real.startswith(directory.rstrip("/") + "/")
 
 
 def _git_config_paths(git_dirs: Sequence[str]) -> list[str]:

@@ -26,6 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from .._config import PolicyConfig, QueueConfig, SandboxConfig
+from .._paths import overlaps
 from ._loops import Loop, Loops
 from ._modules import BindingError, agent_section
 from ._pending import Pending
@@ -126,11 +127,11 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
                            key=sorted(unknown)[0])  # fmt: skip
         path = await asyncio.to_thread(_worktree, body.get("path"))  # runs git: off the event loop
         state_dir = os.path.realpath(state.directory)
-        if path == state_dir or path.startswith(state_dir + "/") or state_dir.startswith(path + "/"):
+        if overlaps(path, state_dir):
             raise ApiError(422, "not_a_worktree", f"{path} holds or is inside the server's state directory "
                            f"{state_dir}, which every agent is kept from", key="path")  # fmt: skip
         for other in state.workspaces():  # nested worktrees: one loop's agent could write the other's files
-            if path.startswith(other.path + "/") or other.path.startswith(path + "/"):
+            if path != other.path and overlaps(path, other.path):  # the same path: `workspace_exists`, below
                 raise ApiError(409, "workspace_overlap", f"{path} holds or is inside workspace {other.id} "
                                f"({other.path})", workspace=other.id)  # fmt: skip
         host = _validated(QueueConfig, body.get("host"), "host") if body.get("host") is not None else None

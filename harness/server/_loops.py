@@ -20,6 +20,7 @@ from filelock import FileLock
 from .._config import Config, parse_config
 from .._exceptions import ConfigError
 from .._kernel import Kernel
+from .._paths import overlaps
 from .._preconditions import check_git, find_git_dir, read_git_state, repository_dirs
 from .._recovery import ActiveRuns
 from .._worktree_lock import WorktreeBusy, lock_worktree
@@ -157,7 +158,7 @@ class Loops:
             if other.id == workspace.id:
                 continue
             for theirs in (os.path.realpath(other.path), *_git_dirs(other.path)):
-                if not any(_overlap(theirs, needed) for needed in mine):
+                if not any(overlaps(theirs, needed) for needed in mine):
                     hidden.append(Path(theirs))
         return hidden
 
@@ -199,10 +200,6 @@ def _lock_worktree(path: Path) -> FileLock:
 def _git_dirs(worktree: str) -> list[str]:
     git_dir = find_git_dir(Path(worktree))
     return [os.path.realpath(d) for d in repository_dirs(git_dir)] if git_dir is not None else []
-
-
-def _overlap(a: str, b: str) -> bool:
-    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def _bound_agent(workspace: Workspace) -> dict[str, Any]:
