@@ -13,8 +13,10 @@ one tool call, one permission request and one `fs/read_text_file`. The steady-st
 (N - warm) / (t(N) - t(warm)), where t(k) is when this process *reads* the side's line saying its k-th task
 ended (the kernel's progress line on stderr, the bare client's on stdout): start-up (interpreter, imports,
 config, agent spawn) cancels out inside one run, with none of the noise two separate runs' start-ups add.
-Sides alternate, `rounds` runs each; the ratio is the median of the rounds' ratios (each round's two runs
-ran back to back), and each side's median rate is shown. Figures, not asserts.
+Sides alternate, `rounds` runs each. The ratio is the issue's: each side's best rate, interleaved runs (on a
+shared machine a neighbour only ever slows a run down, so a side's best run is the nearest to a quiet
+machine's); the median of the rounds' own ratios (each round's two runs back to back) is shown beside it.
+Figures, not asserts.
 """
 
 from __future__ import annotations
@@ -70,9 +72,9 @@ def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool) -> 
             rate = (tasks - warm) / (marks[-1] - marks[warm - 1])
             runs.append({"round": r + 1, "side": side, "t_warm_s": round(marks[warm - 1], 3),
                          "t_all_s": round(marks[-1], 3), "tasks_per_s": round(rate, 1)})  # fmt: skip
-    median = {side: statistics.median(r["tasks_per_s"] for r in runs if r["side"] == side) for side in (KERNEL, BARE)}
+    best = {side: max(r["tasks_per_s"] for r in runs if r["side"] == side) for side in (KERNEL, BARE)}
     ratios = [_rate(runs, r, KERNEL) / _rate(runs, r, BARE) for r in range(1, rounds + 1)]
-    kernel, bare = median[KERNEL], median[BARE]
+    kernel, bare = best[KERNEL], best[BARE]
     figures: dict[str, Any] = {
         "tasks": tasks,
         "warm": warm,
@@ -80,7 +82,8 @@ def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool) -> 
         "runs": runs,
         "kernel_tasks_per_s": kernel,
         "bare_sdk_tasks_per_s": bare,
-        "ratio": round(statistics.median(ratios), 3),
+        "ratio": round(kernel / bare, 3),
+        "median_round_ratio": round(statistics.median(ratios), 3),
         "ratios": [round(x, 3) for x in ratios],
         "kernel_ms_per_task": round(1000 / kernel, 3),
         "bare_sdk_ms_per_task": round(1000 / bare, 3),
@@ -97,9 +100,10 @@ def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool) -> 
     for run in runs:
         print(f"  round {run['round']} {run['side']:<6} t({warm}) {run['t_warm_s']:>7.3f} s"
               f"  t({tasks}) {run['t_all_s']:>7.3f} s  {run['tasks_per_s']:>7} tasks/s")  # fmt: skip
-    print(f"kernel (`python -m harness run`, everything on): {kernel} tasks/s (median)")
-    print(f"bare SDK client (protocol work only):            {bare} tasks/s (median)")
-    print(f"ratio kernel / bare:   {figures['ratio']} (median of the rounds' {', '.join(map(str, figures['ratios']))})")
+    print(f"kernel (`python -m harness run`, everything on): {kernel} tasks/s (best of {rounds})")
+    print(f"bare SDK client (protocol work only):            {bare} tasks/s (best of {rounds})")
+    print(f"ratio kernel / bare:   {figures['ratio']} (best against best; the rounds' own ratios "
+          f"{', '.join(map(str, figures['ratios']))}, median {figures['median_round_ratio']})")  # fmt: skip
     print(f"per task: kernel {figures['kernel_ms_per_task']} ms, bare {figures['bare_sdk_ms_per_task']} ms,"
           f" the kernel adds {figures['kernel_adds_ms_per_task']} ms")  # fmt: skip
     print(f"transcript: {figures['transcript_records_per_task']} records, "

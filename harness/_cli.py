@@ -134,7 +134,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--loops", type=int, default=4, help="server: loops at once (default 4)")
     bench.add_argument("--tasks", type=int, help="tasks per side (default: kernel 300, inference 3)")
     bench.add_argument("--threads", type=int, default=2, help="inference: CPU threads (default 2)")
-    bench.add_argument("--rounds", type=int, help="rounds; medians are reported (default: kernel 3, inference 5)")
+    bench.add_argument(
+        "--rounds",
+        type=int,
+        help="rounds; medians reported, `kernel --outside` the best (default: kernel 3, inference 5)",
+    )
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.add_argument("--sandbox", action="store_true", help="kernel: the OS sandbox on vs off, and a terminal's cost")
     bench.add_argument(

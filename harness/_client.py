@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -209,7 +210,7 @@ class KernelClient:
         relative = verdict.paths[0]  # the file that was judged, reached without a second resolution
         root = str(self.policy.worktree)
         try:
-            small = (self.policy.worktree / relative).stat().st_size <= SMALL_FILE_BYTES  # stat never blocks
+            small = os.stat(os.path.join(root, relative)).st_size <= SMALL_FILE_BYTES  # stat never blocks
             text = read_beneath(root, relative) if small else await asyncio.to_thread(read_beneath, root, relative)
         except FileNotFoundError:
             raise RequestError.resource_not_found(path) from None

@@ -29,6 +29,8 @@ class RunDisplay:
     Whether stderr is a terminal is decided once: off a terminal a line is one plain write (rich's
     rendering cost 1.3-1.7 ms of CPU per task there, more than the rest of the kernel's bookkeeping)."""
 
+    wants_rpc = False  # it shows no `rpc` record, two thirds of a task's: the transcript does not hand them over
+
     def __init__(self, console: Console | None = None, stream: TextIO | None = None) -> None:
         self.console = console or Console(stderr=True, highlight=False)
         self.live = self.console.is_terminal

@@ -25,9 +25,16 @@ def read_beneath(root: str, relative: str, limit: int = MAX_READ_BYTES) -> str:
     *parents, name = relative.split("/")
     with _directory(root, parents, create=False) as parent:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
-    with os.fdopen(fd, "rb") as f:
+    try:  # plain reads on the descriptor: a file object would ask the terminal driver whether it is one
         _check_single_regular(fd, relative)
-        data = f.read(limit + 1)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise OSError(f"{name} is larger than {limit} bytes")
     return data.decode("utf-8", errors="replace")

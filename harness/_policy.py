@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 from ._commands import PathArg, Refused, analyze, names_path
 from ._config import HOST_SERVER_NAME, RuleConfig
+from ._paths import real_path
 from ._shell import Command, Unparseable, parse_invocation
 
 __all__ = ["DEFAULT_PROTECTED", "TOOL_KIND_TO_RULE_KIND", "Policy", "Turn", "Verdict", "glob_matches"]
@@ -497,7 +498,7 @@ class Policy:
         """Where `path` really is (absolute), and that relative to the worktree (None if outside)."""
         if not isinstance(path, str) or not path or "\0" in path:
             raise ValueError(f"not a path: {path!r}")
-        real = os.path.realpath(os.path.join(self._root, path))  # an absolute `path` replaces the root
+        real = real_path(os.path.join(self._root, path))  # an absolute `path` replaces the root
         if real == self._root:
             return real, "."
         return real, real[len(self._root.rstrip("/")) + 1 :] if _inside(real, self._root) else None

@@ -24,6 +24,7 @@ import pygit2
 from pygit2.enums import FileStatus, RepositoryState
 
 from ._terminals import Stop, Terminal
+from ._upstreams import Upstreams
 
 __all__ = ["GitState", "blocked", "check_git", "find_git_dir", "read_git_state", "repository_dirs"]
 
@@ -94,14 +95,18 @@ def repository_dirs(git_dir: Path) -> list[Path]:
         return [git_dir]
 
 
-def read_git_state(worktree: Path, git_dir: Path, repo: pygit2.Repository | None = None) -> GitState:
+def read_git_state(
+    worktree: Path, git_dir: Path, repo: pygit2.Repository | None = None, upstreams: Upstreams | None = None
+) -> GitState:
     """One in-process read (libgit2) of everything the git checks need.
 
     Pass the same `repo` on every call of a run: libgit2 re-reads the index, refs and config
     when they change on disk (tests change each of them between reads), so only opening the
-    repository, about half the cost, is saved.
+    repository, about half the cost, is saved; and the same `upstreams` (over that `repo`), which
+    keeps which ref a branch tracks while no configuration file changed.
     """
     repo = repo or pygit2.Repository(str(git_dir))
+    upstreams = upstreams or Upstreams(repo, repository_dirs(git_dir))
     status = repo.status(ignored=True)
     changes = tuple(f"{_code(flags)} {path}" for path, flags in sorted(status.items())
                     if not flags & _IGNORED or _hides_itself(path))  # fmt: skip
@@ -117,13 +122,15 @@ def read_git_state(worktree: Path, git_dir: Path, repo: pygit2.Repository | None
     branch = head.shorthand
     upstream = None
     ahead = 0
+    tracked = upstreams.name(branch)
+    ref = repo.references.get(tracked) if tracked is not None else None  # read at every boundary: a push shows
     try:
-        tracking = repo.branches.local[branch].upstream
-    except (KeyError, pygit2.GitError):
-        tracking = None
-    if tracking is not None:
-        upstream = tracking.shorthand
-        ahead, _behind = repo.ahead_behind(head.target, tracking.target)
+        target = ref.resolve().target if ref is not None else None
+    except pygit2.GitError:  # a symbolic ref to nothing
+        target = None
+    if ref is not None and isinstance(target, pygit2.Oid):
+        upstream = ref.shorthand
+        ahead = 0 if target == head.target else repo.ahead_behind(head.target, target)[0]
     return GitState(branch, upstream, ahead, changes, edit, ignored, oid)
 
 

@@ -51,6 +51,7 @@ from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 from ._transport import agent_environment
 from ._turns import SEGMENT_PROMPT, PromptKind, TurnOutcome, after_turn, before_turn
+from ._upstreams import Upstreams
 from ._watch import TaskWatch
 from ._worktree_events import WorktreeEvents
 from ._worktree_lock import WorktreeBusy, lock_worktree
@@ -189,6 +190,7 @@ class Run:
         self.teardown.add("provider", provider.aclose)
         self.git_dir = find_git_dir(config.workspace)  # None: not a git worktree (a precondition says so)
         self._repo: pygit2.Repository | None = None  # opened at the first git state read
+        self._upstreams: Upstreams | None = None  # with it
         self._meter: ChangeMeter | None = None  # opened at the first git read
         self._confined: dict[str, str] = {}  # PATH as given: PATH as the agent gets it
         self.last_counts: dict[str, Any] = {}  # the last session's budget counts (its task_end record)
@@ -386,10 +388,11 @@ class Run:
             return None
         if self._repo is None:
             self._repo = pygit2.Repository(str(self.git_dir))
+            self._upstreams = Upstreams(self._repo, repository_dirs(self.git_dir))
         meter = self._change_meter()
         if meter is not None:
             meter.before_boundary_read()
-        state = read_git_state(self.config.workspace, self.git_dir, self._repo)
+        state = read_git_state(self.config.workspace, self.git_dir, self._repo, self._upstreams)
         if meter is not None:  # the next task's changes are counted from this read
             meter.boundary(clean=not state.changes, ignored=state.ignored, head=state.head)
         return state

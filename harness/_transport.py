@@ -31,7 +31,7 @@ from typing import Any
 from ._flag import Flag
 from ._records import RecordType
 from ._recovery import end_processes
-from ._transcript import Transcript
+from ._transcript import Transcript, compact_json
 
 __all__ = ["ARRIVAL", "AgentProcess", "agent_environment"]
 
@@ -123,7 +123,7 @@ class AgentProcess:
     # --- acp.Transport -------------------------------------------------------------------------
 
     async def send(self, message: dict[str, Any]) -> None:
-        text = json.dumps(message, separators=(",", ":"))
+        data = compact_json(message)
         stdin = self.process.stdin
         if stdin is None or stdin.is_closing():
             if "method" not in message:  # an answer the agent is no longer there to read: nothing is lost
@@ -132,9 +132,9 @@ class AgentProcess:
             raise ConnectionError("agent stdin is closed")
         if message.get("method") == "session/prompt":
             self._prompts[message.get("id")] = str((message.get("params") or {}).get("sessionId"))
-        self.transcript.record_rpc("out", message, text)
+        self.transcript.record_rpc("out", message, data)
         try:
-            stdin.write((text + "\n").encode())
+            stdin.write(data + b"\n")
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
             if "method" not in message:
@@ -154,12 +154,11 @@ class AgentProcess:
             if parsed is None:
                 self.disconnected.set()
                 return None
-            message, text = parsed
-            self.transcript.record_rpc("in", message, text)
-            if "method" not in message:
-                self._prompts.pop(message.get("id"), None)  # a prompt's answer ends its turn here
+            self.transcript.record_rpc("in", parsed, line)
+            if "method" not in parsed:
+                self._prompts.pop(parsed.get("id"), None)  # a prompt's answer ends its turn here
             ARRIVAL.set(next(iter(self._prompts.values()), None))
-            return message
+            return parsed
         return None
 
     def forget_prompts(self) -> None:
@@ -199,8 +198,8 @@ class AgentProcess:
             chunks.append(chunk)
             return b"".join(chunks)
 
-    def _parse(self, line: bytes) -> tuple[dict[str, Any], str] | None:
-        """The message and its text, or None after a framing error."""
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        """The message, or None after a framing error."""
         try:
             text = line.decode("utf-8")  # strictly: json.loads(bytes) would also take UTF-16 and lone surrogates
             message = json.loads(text)
@@ -221,7 +220,7 @@ class AgentProcess:
             # to anyone reading `"method" in message`: one message, two readings, is no message at all
             self._fail("JSON-RPC method is not a name", line)
             return None
-        return message, text
+        return message
 
     def _fail(self, error: str, line: bytes) -> None:
         head = line[:200].decode("utf-8", errors="replace")
