@@ -39,12 +39,13 @@ class Transcript:
         # `rpc` records (two thirds of a task's) go to every observer but one that says `wants_rpc = False`
         self._rpc_observers = [o for o in self._observers if getattr(o, "wants_rpc", True)]
         self._seq = 0
-        self._t0 = time.monotonic()
+        self._t0 = time.monotonic_ns()
 
     def record(self, type: RecordType, **fields: Any) -> dict[str, Any]:
         """Append one record and return it (with its sequence number and time)."""
         self._seq += 1
-        entry = {"seq": self._seq, "t": round(time.monotonic() - self._t0, 6), "type": type, **fields}
+        # `str(type)`: the plain name (the encoder would ask the enum for its value through Python code)
+        entry = {"seq": self._seq, "t": self._now(), "type": str(type), **fields}
         line = compact_json(entry)
         if len(line) > 2 * self._max_string:
             entry = _bounded(entry, self._max_string)
@@ -66,13 +67,18 @@ class Transcript:
         if len(wire) > 2 * self._max_string or b"\r" in wire:
             return self.record(RecordType.RPC, dir=direction, msg=message)
         self._seq += 1
-        t = round(time.monotonic() - self._t0, 6)
+        t = self._now()
         self._write(b'{"seq":%d,"t":%r,"type":"rpc","dir":"%s","msg":%s}\n'
                     % (self._seq, t, direction.encode(), wire.strip()))  # fmt: skip
-        entry = {"seq": self._seq, "t": t, "type": RecordType.RPC, "dir": direction, "msg": message}
+        entry = {"seq": self._seq, "t": t, "type": "rpc", "dir": direction, "msg": message}
         for observer in self._rpc_observers:
             observer(entry)
         return entry
+
+    def _now(self) -> float:
+        """Seconds since the transcript opened, to the microsecond (whole microseconds over 1e6 print as
+        `2.639299`, as `round(..., 6)` would, for a fifth of its cost)."""
+        return (time.monotonic_ns() - self._t0) // 1000 / 1e6
 
     def _write(self, data: bytes) -> None:
         if self._fd is None:

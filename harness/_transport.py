@@ -148,7 +148,7 @@ class AgentProcess:
             if line is None:
                 self.disconnected.set()
                 return None
-            if not line.strip():
+            if line.isspace():  # a blank line between messages (no copy of the line to find out)
                 continue
             parsed = self._parse(line)
             if parsed is None:
