@@ -321,3 +321,20 @@ def test_a_line_that_is_not_utf8_is_a_framing_error(scripted_scenario, harness_c
     assert (result.terminal, result.reason["kind"]) == (Terminal.FAILED, "framing_error")
     assert "utf-8" in result.reason["error"]
     read_transcript(result.transcript)
+
+
+def test_an_agent_that_exits_before_answering_initialize_with_a_child_holding_its_stdout(harness_config, run_loop):
+    """No EOF ever comes and every write goes through (a background child keeps both pipes): the agent's
+    exit alone must end the wait for its answer, typed, long before the init timeout. (Without that, the
+    wait sometimes ends early anyway, on a pipe the shell's exit closed first: it catches a removal often,
+    not always.)"""
+    script = "sleep 30 <&0 & echo 'about to go' >&2; exit 7"  # the child keeps stdin open too
+    result = run_loop(
+        harness_config(agent=["sh", "-c", script], sandbox={"mode": "off"}, limits={"init_timeout_s": 20})
+    )
+    assert result.terminal is Terminal.FAILED
+    assert (result.reason["kind"], result.reason["exit_status"]) == ("agent_exited", 7)
+    assert "about to go" in result.reason["stderr_tail"]
+    records = read_transcript(result.transcript)
+    assert not [r for r in records if r["type"] == "rpc" and r["dir"] == "in"]  # never answered
+    assert records[-1]["t"] < 20, "the wait ran to the init timeout: the exit did not end it"
