@@ -211,11 +211,13 @@ class AgentLink:
         assert self.process is not None
         task = asyncio.current_task()
         assert task is not None
-        exited, waiting, gone = self.process.exited.future(), [True], []
+        exited = self.process.exited.future()
+        waiting, gone = True, False
 
         def on_exit(_: asyncio.Future[None]) -> None:
+            nonlocal gone
             if waiting:  # a callback scheduled just as the request ended finds nothing to cancel
-                gone.append(True)
+                gone = True
                 task.cancel()
 
         exited.add_done_callback(on_exit)
@@ -224,7 +226,7 @@ class AgentLink:
                 async with asyncio.timeout(self.limits.init_timeout_s):
                     answer = await awaitable
             finally:  # from here on the exit cancels nothing: what follows awaits too
-                waiting.clear()
+                waiting = False
                 exited.remove_done_callback(on_exit)
         except asyncio.CancelledError:
             if not gone:

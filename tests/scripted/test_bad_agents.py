@@ -314,6 +314,30 @@ def test_odd_but_valid_json_keeps_the_transcript_line_for_line(scripted_scenario
     assert "after" in json.dumps(records)  # the agent's next message was read and recorded too
 
 
+def test_a_lone_surrogate_the_kernel_copies_into_its_own_records_and_answers_keeps_them_valid(
+    scripted_scenario, harness_config, run_loop
+):
+    """Strings the agent sent that the kernel encodes itself (a tool title in a policy record, a path in a
+    refusal) cannot be UTF-8: they are written as their escape, and the run goes on to its refusal."""
+    # raw lines (YAML, the scenario's format, cannot carry a lone surrogate); the task's session is sess_1
+    ask = ('{"jsonrpc":"2.0","id":901,"method":"session/request_permission","params":{"sessionId":"sess_1",'
+           '"toolCall":{"toolCallId":"c1","kind":"read","title":"Read \\ud800","locations":[{"path":"README.md"}]},'
+           '"options":[{"optionId":"a","name":"Allow","kind":"allow_once"}]}}')  # fmt: skip
+    read = '{"jsonrpc":"2.0","id":902,"method":"fs/read_text_file","params":{"sessionId":"sess_1","path":"/\\ud800"}}'
+    steps = turn({"garbage": {"text": ask}}, {"sleep": 0.3}, {"garbage": {"text": read}}, {"sleep": 0.3},
+                 {"message": "after"})  # fmt: skip
+    result = run_one(scripted_scenario, harness_config, run_loop, steps)
+    assert result.terminal is Terminal.BLOCKED_POLICY, result.reason
+    records = read_transcript(result.transcript)  # every line one whole record
+    policy = [(r["source"], r["decision"], r.get("tool"), r.get("path")) for r in records if r["type"] == "policy"]
+    assert policy == [
+        ("session/request_permission", "allow", "Read \ud800", None),
+        ("fs/read_text_file", "refuse", None, "/\ud800"),
+    ]
+    answers = [r["msg"] for r in records if r["type"] == "rpc" and r["dir"] == "out" and "error" in r["msg"]]
+    assert [a["error"]["data"]["kind"] for a in answers] == ["unparseable"]  # a name no file system takes
+
+
 def test_a_line_that_is_not_utf8_is_a_framing_error(scripted_scenario, harness_config, run_loop):
     """ACP is UTF-8 JSON: a surrogate encoded as bytes (which `json.loads(bytes)` would take) is refused."""
     line = UPDATE.replace("TEXT", "@").encode().replace(b"@", bytes.fromhex("eda080")).hex()

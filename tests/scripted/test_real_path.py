@@ -30,6 +30,9 @@ def tree_fixture(tmp_path: Path) -> Path:
     (root / "src" / "loop2").symlink_to("loop1")
     (root / "src" / "via").symlink_to("deep")
     os.mkfifo(root / "src" / "fifo")
+    (root / "src" / "x (deleted)").write_text("named like the link of an unlinked file")
+    (root / "src" / "to-deleted").symlink_to("x (deleted)")
+    (root / "src" / "new\nline").write_text("a newline in the name")
     return root
 
 
@@ -37,7 +40,7 @@ SPELLINGS = [
     "src/a.txt", "src/", "src/.", "src/deep/..", "src/via/..", "src/via/../a.txt", "src/up/src/a.txt",
     "src/up/up/up", "src/out/secret", "src/out/../src", "src/rel", "src/dangling", "src/dangling/x",
     "src/loop1", "src/loop1/x", "src/new-file", "src/new-dir/new-file", "src/a.txt/..", "src/a.txt/x",
-    "src//deep///", "src/fifo", "src/fifo/..",
+    "src//deep///", "src/fifo", "src/fifo/..", "src/x (deleted)", "src/to-deleted", "src/new\nline",
 ]  # fmt: skip
 
 

@@ -76,3 +76,33 @@ def test_a_push_is_seen_at_the_next_read_with_the_name_kept(harness_workspace):
     harness_workspace.git("push", "-q", "origin", "main")
     assert read_git_state(harness_workspace.path, git_dir, repo, upstreams).ahead == 0
     assert upstreams.resolved == 1
+
+
+def test_a_config_file_swapped_behind_a_symlink_is_read_again(harness_workspace, tmp_path):
+    """The stamp is the file's, followed through a link: pointing the link elsewhere is a change."""
+    _repo, upstreams, config = upstreams_of(harness_workspace)
+    first, second = tmp_path / "first.config", tmp_path / "second.config"
+    first.write_text(config.read_text())
+    second.write_text(config.read_text().replace("merge = refs/heads/main", "merge = refs/heads/other"))
+    aged(first, second)
+    config.unlink()
+    config.symlink_to(first)
+    assert upstreams.name("main") == TRACKED
+    assert upstreams.name("main") == TRACKED
+    assert upstreams.resolved == 1  # kept: the link's target is old
+    config.unlink()
+    config.symlink_to(second)
+    assert upstreams.name("main") == "refs/remotes/origin/other"
+    aged(second)
+    upstreams.name("main")
+    second.write_text(second.read_text().replace("refs/heads/other", "refs/heads/third"))  # the target, edited
+    assert upstreams.name("main") == "refs/remotes/origin/third"
+
+
+def test_a_config_file_dated_in_the_future_is_never_trusted(harness_workspace):
+    _repo, upstreams, config = upstreams_of(harness_workspace)
+    later = time.time() + 3600
+    os.utime(config, (later, later))
+    upstreams.name("main")
+    upstreams.name("main")
+    assert upstreams.resolved == 2
