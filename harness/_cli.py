@@ -25,6 +25,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import _event_loop as event_loop
 from ._check_cli import register as register_check
 from ._config import NO_QUEUE, load_config
 from ._exceptions import ConfigError
@@ -166,6 +167,11 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     except ConfigError as exc:
         return _config_error(args, exc)
+    try:
+        loop = event_loop.chosen()
+    except ValueError as exc:
+        print(f"loop-harness: {exc}", file=sys.stderr)
+        return 2
     from ._display import RunDisplay
     from ._kernel import Kernel
 
@@ -179,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
         interactive_handler=_ask_on_terminal if sys.stdin.isatty() else None,
     )
     try:
-        result = asyncio.run(_run_with_signals(kernel, task_id=args.task, prompt=args.prompt))
+        result = event_loop.run(_run_with_signals(kernel, task_id=args.task, prompt=args.prompt), loop)
     except ConfigError as exc:  # e.g. a transcripts directory that cannot be written
         return _config_error(args, exc)
     finally:
