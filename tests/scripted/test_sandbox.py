@@ -466,3 +466,41 @@ def test_a_gitdir_target_inside_a_writable_worktree_stays_read_only(tmp_path, mo
     assert (ws.path / ".gitdata/hooks/pre-commit").exists() is not on, said
     assert ("planted" in (ws.path / ".gitdata/config").read_text()) is not on, said
     assert (ws.path / "src.txt").read_text() == "fine\n"  # the rest of the worktree is writable
+
+
+@pytest.mark.parametrize("via", ["agent", "terminal"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_descriptor_the_kernel_inherited_never_reaches_the_agent_or_its_commands(tmp_path, mode, via):
+    """Whoever starts the kernel may leave a descriptor open and inheritable (make's jobserver pipe, a CI runner's
+    log): neither the agent nor a command run for it may write to it, sandbox or not. (uvloop, what `run` runs on,
+    spawns without `close_fds`: without harness/_fds.py both would.)"""
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    os.set_blocking(read_end, False)
+    # The agent's own descriptors are its script's parent's; a terminal command's are its own.
+    probe = (f'fd=/proc/$1/fd/{write_end}; if [ -e "$fd" ]; then echo fd: open; echo leaked > "$fd"; '
+             f"else echo fd: closed; fi\n")  # fmt: skip
+    ws = make_workspace(tmp_path / "ws", files={"tools/fd.sh": probe})
+    terminal = {"terminal": {"command": "bash", "args": ["tools/fd.sh", "self"]}}
+    step = {"run": {"script": "bash tools/fd.sh $PPID"}} if via == "agent" else terminal
+    rules = [*RULES, {"id": "probe", "kind": "execute", "commands": ["bash tools/fd.sh self"], "decision": "allow"}]
+    path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(step)]}))
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox={"mode": mode},
+                                                            transcripts=str(tmp_path / "runs")))  # fmt: skip
+    try:
+        done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120,
+                              pass_fds=(write_end,))  # fmt: skip
+    finally:
+        os.close(write_end)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    said = "\n".join(agent_messages(Path(report["transcript"])))
+    records = read_transcript(Path(report["transcript"]))
+    assert (records[0]["event_loop"], records[-1]["type"]) == ("uvloop", "terminal")
+    assert outcome(said, "fd") == "closed", said
+    try:
+        written = os.read(read_end, 100)  # b"": every write end is closed, and nothing came through
+    except BlockingIOError:
+        written = b"<a process still holds the write end>"
+    finally:
+        os.close(read_end)
+    assert written == b""
