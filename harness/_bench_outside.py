@@ -41,27 +41,20 @@ DONE = "  ✓ ".encode()  # how the kernel's progress line for a completed task 
 
 
 def bench_outside(
-    *,
-    tasks: int = 400,
-    warm: int = 20,
-    rounds: int = 3,
-    as_json: bool = False,
-    workdir: Path | None = None,
-    bare_loop: str = "asyncio",
+    *, tasks: int = 400, warm: int = 20, rounds: int = 3, as_json: bool = False, workdir: Path | None = None
 ) -> int:
     """Drain `tasks` tasks on each side, alternating, `rounds` times; report the steady-state rates and ratio.
-    `workdir` keeps the workspace and the kernel's transcripts there (default: a temporary directory);
-    `bare_loop` is the bare client's event loop (the kernel's is what `loop-harness run` runs on: uvloop)."""
+    `workdir` keeps the workspace and the kernel's transcripts there (default: a temporary directory)."""
     if tasks <= warm:
         print(f"--tasks must exceed the {warm} warm-up tasks", file=sys.stderr)
         return 2
     if workdir is not None:
-        return _bench(workdir, tasks=tasks, warm=warm, rounds=rounds, as_json=as_json, bare_loop=bare_loop)
+        return _bench(workdir, tasks=tasks, warm=warm, rounds=rounds, as_json=as_json)
     with tempfile.TemporaryDirectory(prefix="loop-harness-bench-outside-") as tmp:
-        return _bench(Path(tmp), tasks=tasks, warm=warm, rounds=rounds, as_json=as_json, bare_loop=bare_loop)
+        return _bench(Path(tmp), tasks=tasks, warm=warm, rounds=rounds, as_json=as_json)
 
 
-def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool, bare_loop: str) -> int:
+def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool) -> int:
     root = root.resolve()
     workspace = make_workspace(root / "ws", ignore=["out/"])
     agent = [sys.executable, "-m", AGENT_MODULE, "agent"]
@@ -75,7 +68,7 @@ def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool, bar
             if side == KERNEL:
                 marks, transcript = _run_kernel(config, tasks)
             else:
-                marks = _run_bare(workspace.path, tasks, bare_loop)
+                marks = _run_bare(workspace.path, tasks)
             rate = (tasks - warm) / (marks[-1] - marks[warm - 1])
             runs.append({"round": r + 1, "side": side, "t_warm_s": round(marks[warm - 1], 3),
                          "t_all_s": round(marks[-1], 3), "tasks_per_s": round(rate, 1)})  # fmt: skip
@@ -89,8 +82,6 @@ def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool, bar
         "runs": runs,
         "kernel_tasks_per_s": kernel,
         "bare_sdk_tasks_per_s": bare,
-        "kernel_event_loop": transcript["event_loop"],
-        "bare_sdk_event_loop": bare_loop,
         "ratio": round(kernel / bare, 3),
         "median_round_ratio": round(statistics.median(ratios), 3),
         "ratios": [round(x, 3) for x in ratios],
@@ -109,9 +100,8 @@ def _bench(root: Path, *, tasks: int, warm: int, rounds: int, as_json: bool, bar
     for run in runs:
         print(f"  round {run['round']} {run['side']:<6} t({warm}) {run['t_warm_s']:>7.3f} s"
               f"  t({tasks}) {run['t_all_s']:>7.3f} s  {run['tasks_per_s']:>7} tasks/s")  # fmt: skip
-    print(f"kernel (`python -m harness run`, everything on, {figures['kernel_event_loop']}): {kernel} tasks/s"
-          f" (best of {rounds})")  # fmt: skip
-    print(f"bare SDK client (protocol work only, {bare_loop}): {bare} tasks/s (best of {rounds})")
+    print(f"kernel (`python -m harness run`, everything on): {kernel} tasks/s (best of {rounds})")
+    print(f"bare SDK client (protocol work only):            {bare} tasks/s (best of {rounds})")
     print(f"ratio kernel / bare:   {figures['ratio']} (best against best; the rounds' own ratios "
           f"{', '.join(map(str, figures['ratios']))}, median {figures['median_round_ratio']})")  # fmt: skip
     print(f"per task: kernel {figures['kernel_ms_per_task']} ms, bare {figures['bare_sdk_ms_per_task']} ms,"
@@ -181,15 +171,14 @@ def _check_transcript(path: Path, tasks: int) -> dict[str, Any]:
         problems.append(f"{ends} task_end records for {tasks} tasks")
     if problems:
         raise RuntimeError(f"the kernel's transcript {path} is not complete: {'; '.join(problems)}")
-    return {"path": str(path), "records": len(records), "bytes": len(data), "event_loop": records[0].get("event_loop")}
+    return {"path": str(path), "records": len(records), "bytes": len(data)}
 
 
-def _run_bare(workspace: Path, tasks: int, loop: str) -> list[float]:
+def _run_bare(workspace: Path, tasks: int) -> list[float]:
     """The bare SDK client, its `done K` lines read as they come."""
-    on_uvloop = ["uvloop"] if loop == "uvloop" else []
-    argv = [sys.executable, "-m", AGENT_MODULE, "client", str(workspace), str(tasks), *on_uvloop]
     with tempfile.TemporaryFile() as stderr:  # read after the run: a full pipe would block it
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr)
+        process = subprocess.Popen([sys.executable, "-m", AGENT_MODULE, "client", str(workspace), str(tasks)],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr)  # fmt: skip
         assert process.stdout is not None
         marks = _marks(process, process.stdout, lambda line: line.startswith(b"done "))
         process.stdout.close()

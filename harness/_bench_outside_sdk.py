@@ -1,7 +1,7 @@
 """The SDK side of `loop-harness bench kernel --outside`: a foreign agent and a bare client, on the ACP SDK alone.
 
     python -m harness._bench_outside_sdk agent                           # serve ACP on stdio
-    python -m harness._bench_outside_sdk client WORKSPACE TASKS [uvloop] # drain TASKS tasks against the agent
+    python -m harness._bench_outside_sdk client WORKSPACE TASKS          # drain TASKS tasks against the agent
 
 Nothing here imports the rest of the harness (the package's `__init__` loads nothing until asked), so the
 agent is what any third party would write and the client does only the protocol work:
@@ -161,11 +161,6 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["client"] and len(argv) == 3:
         asyncio.run(drain(argv[1], int(argv[2])))
-        return 0
-    if argv[:1] == ["client"] and argv[3:] == ["uvloop"]:  # the client on the loop the kernel runs on
-        import uvloop
-
-        uvloop.run(drain(argv[1], int(argv[2])))
         return 0
     print("usage:\n" + "\n".join(__doc__.splitlines()[2:4]), file=sys.stderr)
     return 2

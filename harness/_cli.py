@@ -25,7 +25,6 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _event_loop as event_loop
 from ._check_cli import register as register_check
 from ._config import NO_QUEUE, load_config
 from ._exceptions import ConfigError
@@ -83,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.outside:
             from ._bench_outside import bench_outside
 
-            return bench_outside(tasks=args.tasks or 400, rounds=args.rounds or 3, as_json=args.json,
-                                 bare_loop=args.bare_loop)  # fmt: skip
+            return bench_outside(tasks=args.tasks or 400, rounds=args.rounds or 3, as_json=args.json)
         if args.sandbox:
             from ._bench_sandbox import bench_sandbox
 
@@ -149,13 +147,6 @@ def _parser() -> argparse.ArgumentParser:
         help="kernel: `loop-harness run` vs a bare SDK client as whole processes, steady state (default 400 tasks, "
         "best of 2)",
     )
-    bench.add_argument(
-        "--bare-loop",
-        choices=["asyncio", "uvloop"],
-        default="asyncio",
-        help="kernel --outside: the bare client's event loop (default: the stock loop, issue 15's measure; the "
-        "kernel runs on uvloop)",
-    )
 
     register_check(commands)
     register_serve(commands)
@@ -175,11 +166,6 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     except ConfigError as exc:
         return _config_error(args, exc)
-    try:
-        loop = event_loop.chosen()
-    except ValueError as exc:
-        print(f"loop-harness: {exc}", file=sys.stderr)
-        return 2
     from ._display import RunDisplay
     from ._kernel import Kernel
 
@@ -193,7 +179,7 @@ def _run(args: argparse.Namespace) -> int:
         interactive_handler=_ask_on_terminal if sys.stdin.isatty() else None,
     )
     try:
-        result = event_loop.run(_run_with_signals(kernel, task_id=args.task, prompt=args.prompt), loop)
+        result = asyncio.run(_run_with_signals(kernel, task_id=args.task, prompt=args.prompt))
     except ConfigError as exc:  # e.g. a transcripts directory that cannot be written
         return _config_error(args, exc)
     finally:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from ._config import CommitConfig
-from ._fds import close_on_exec_inherited
 from ._transport import pin_git
 
 __all__ = ["commit_task"]
@@ -52,7 +51,6 @@ async def commit_task(workspace: Path, settings: CommitConfig, task_id: str, tit
 
 async def _git(workspace: Path, *args: str) -> tuple[int, str]:
     env = pin_git({**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_EDITOR": "true"})
-    close_on_exec_inherited()  # uvloop spawns without close_fds
     process = await asyncio.create_subprocess_exec(
         "git", *_SAFE, *args, cwd=workspace, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

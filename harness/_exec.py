@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._fds import close_on_exec_inherited
-
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
 
@@ -93,7 +91,6 @@ class ExecHost:
         run_env = {**self._base_env, **(env or {})}
         if self._sandbox is not None:
             argv, run_env = self._sandbox.wrap(argv, cwd=cwd, env=run_env)
-        close_on_exec_inherited()  # uvloop spawns without close_fds
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,

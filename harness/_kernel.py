@@ -26,7 +26,6 @@ from typing import Any
 from ._agent_link import VERSION
 from ._client import InteractiveHandler
 from ._config import Config, check_transcripts_outside
-from ._event_loop import loop_name
 from ._exceptions import ConfigError
 from ._records import RecordType
 from ._recovery import ActiveRuns
@@ -172,7 +171,6 @@ class Kernel:
             RecordType.RUN_START,
             mode=mode,
             kernel_version=VERSION,
-            event_loop=loop_name(),
             workspace=str(self.config.workspace),
             config=str(self.config.source) if self.config.source else None,
             agent=self.config.agent.command,

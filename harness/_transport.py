@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from ._fds import close_on_exec_inherited
 from ._flag import Flag
 from ._records import RecordType
 from ._recovery import end_processes
@@ -104,7 +103,6 @@ class AgentProcess:
     async def spawn(
         cls, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], transcript: Transcript, token: str = ""
     ) -> AgentProcess:
-        close_on_exec_inherited()  # uvloop spawns without close_fds
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,

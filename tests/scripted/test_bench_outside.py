@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 from harness import _bench_outside, _cli, testing
@@ -22,9 +21,8 @@ def test_the_outside_bench_prints_both_rates_and_a_ratio_and_the_kernel_transcri
 
     out = capsys.readouterr().out
     number = r"\d+(\.\d+)?"
-    kernel = rf"^kernel \(`python -m harness run`.*, uvloop\): +{number} tasks/s \(best of 1\)$"
-    assert re.search(kernel, out, re.M), out
-    assert re.search(rf"^bare SDK client \(.*, asyncio\): +{number} tasks/s \(best of 1\)$", out, re.M), out
+    assert re.search(rf"^kernel \(`python -m harness run`.*: +{number} tasks/s \(best of 1\)$", out, re.M), out
+    assert re.search(rf"^bare SDK client .*: +{number} tasks/s \(best of 1\)$", out, re.M), out
     ratio = re.search(rf"^ratio kernel / bare: +({number}) \(best against best; the rounds' own ratios ({number}), "
                       rf"median {number}\)$", out, re.M)  # fmt: skip
     assert ratio is not None, out
@@ -43,16 +41,3 @@ def test_the_outside_bench_prints_both_rates_and_a_ratio_and_the_kernel_transcri
         # per task: one permission and one read, each judged by the policy before it was acted on
         policy = [r["source"] for r in records if r["type"] == "policy"]
         assert policy.count("session/request_permission") == policy.count("fs/read_text_file") == len(ends)
-
-
-def test_the_bare_client_can_run_on_the_kernels_loop_and_the_figures_name_both_loops(tmp_path, monkeypatch, capsys):
-    bench = _bench_outside.bench_outside
-    monkeypatch.setattr(_bench_outside, "bench_outside", lambda **kw: bench(**kw, workdir=tmp_path))
-
-    argv = ["bench", "kernel", "--outside", "--tasks", "22", "--rounds", "1", "--bare-loop", "uvloop", "--json"]
-    assert _cli.main(argv) == 0
-
-    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert (figures["kernel_event_loop"], figures["bare_sdk_event_loop"]) == ("uvloop", "uvloop")
-    assert figures["kernel_tasks_per_s"] > 0 and figures["bare_sdk_tasks_per_s"] > 0
-    assert [r["side"] for r in figures["runs"]] == ["kernel", "bare"]

@@ -240,38 +240,3 @@ def test_a_workspace_written_with_a_tilde_is_under_home(scripted_scenario, harne
     assert done.returncode == 0, done.stdout + done.stderr
     report = last_json(done.stdout)
     assert (report["terminal"], [t["terminal"] for t in report["tasks"]]) == ("Idle", ["Completed"])
-
-
-@pytest.mark.parametrize("asked, ran_on", [(None, "uvloop"), ("asyncio", "asyncio"), ("", "uvloop")])
-def test_the_run_is_on_uvloop_unless_the_environment_asks_for_the_stock_loop(
-    scripted_scenario, harness_config, asked, ran_on
-):
-    config = harness_config(scripted_scenario(scenario({"T1": [write_turn("src/x.py", "x = 1\n", commit="T1")]})))
-    env = {k: v for k, v in os.environ.items() if k != "LOOP_HARNESS_EVENT_LOOP"}
-    if asked is not None:
-        env["LOOP_HARNESS_EVENT_LOOP"] = asked
-
-    done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=60, env=env)
-
-    assert done.returncode == 0, done.stdout + done.stderr
-    report = last_json(done.stdout)
-    assert (report["terminal"], [t["terminal"] for t in report["tasks"]]) == ("Idle", ["Completed"])
-    records = read_transcript(Path(report["transcript"]))
-    assert records[0]["type"] == "run_start"
-    assert records[0]["event_loop"] == ran_on
-    assert records[-1]["type"] == "terminal"
-
-
-def test_an_unknown_event_loop_exits_2_naming_the_variable_before_anything_runs(
-    scripted_scenario, harness_config, tmp_path
-):
-    config = harness_config(scripted_scenario(scenario({"T1": [turn()]})))
-    transcript = tmp_path / "never.jsonl"
-
-    done = subprocess.run([CLI, "run", str(config), "--json", "--transcript", str(transcript)], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "LOOP_HARNESS_EVENT_LOOP": "trio"})  # fmt: skip
-
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "LOOP_HARNESS_EVENT_LOOP must be 'uvloop' or 'asyncio', not 'trio'" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert not transcript.exists()

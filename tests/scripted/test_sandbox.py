@@ -472,8 +472,8 @@ def test_a_gitdir_target_inside_a_writable_worktree_stays_read_only(tmp_path, mo
 @pytest.mark.parametrize("mode", MODES)
 def test_a_descriptor_the_kernel_inherited_never_reaches_the_agent_or_its_commands(tmp_path, mode, via):
     """Whoever starts the kernel may leave a descriptor open and inheritable (make's jobserver pipe, a CI runner's
-    log): neither the agent nor a command run for it may write to it, sandbox or not. (uvloop, what `run` runs on,
-    spawns without `close_fds`: without harness/_fds.py both would.)"""
+    log): neither the agent nor a command run for it may write to it, sandbox or not. (The stock loop spawns with
+    `close_fds`; uvloop, tried for issue 15, does not: there 3 of these 4 cases failed.)"""
     read_end, write_end = os.pipe()
     os.set_inheritable(write_end, True)
     os.set_blocking(read_end, False)
@@ -495,7 +495,7 @@ def test_a_descriptor_the_kernel_inherited_never_reaches_the_agent_or_its_comman
     report = json.loads(done.stdout.strip().splitlines()[-1])
     said = "\n".join(agent_messages(Path(report["transcript"])))
     records = read_transcript(Path(report["transcript"]))
-    assert (records[0]["event_loop"], records[-1]["type"]) == ("uvloop", "terminal")
+    assert records[-1]["type"] == "terminal"
     assert outcome(said, "fd") == "closed", said
     try:
         written = os.read(read_end, 100)  # b"": every write end is closed, and nothing came through
