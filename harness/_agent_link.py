@@ -74,6 +74,7 @@ class AgentLink:
         self._conn: ClientSideConnection | None = None
         self._init: InitializeResponse | None = None
         self._open_session: str | None = None  # the one session not yet closed, if any
+        self._closing: asyncio.Future[None] | None = None  # its session/close, sent, its answer not yet awaited
         self.last_usage: dict[str, Any] | None = None  # the agent's cumulative token usage for the session
 
     async def start(self) -> Stop | None:
@@ -121,6 +122,7 @@ class AgentLink:
     async def new_session(self, cwd: Path, meta: dict[str, Any], mcp_servers: list[dict[str, Any]]) -> str | Stop:
         """Open a session (one per task); its id, or a Stop."""
         assert self._conn is not None
+        await self.session_closed()  # the last task's session first
         request = self._conn.new_session(cwd=str(cwd), mcp_servers=mcp_servers, **meta)  # type: ignore[arg-type]
         outcome = await self._request(request, "session/new")
         if isinstance(outcome, Stop):
@@ -131,9 +133,23 @@ class AgentLink:
 
     async def end_session(self, session_id: str) -> None:
         """A task's session is over: `session/close` it where the agent supports that (Claude's adapter
-        keeps a child process per open session, so a queue would otherwise pile them up)."""
-        if self._open_session == session_id and self.process is not None and not self.process.gone:
-            await self._close_open_session()
+        keeps a child process per open session, so a queue would otherwise pile them up).
+
+        The request goes out now and its answer is awaited by `session_closed()`: the kernel does the
+        task's bookkeeping while the agent closes the session (every read of the worktree waits for it)."""
+        if self._open_session != session_id or self.process is None or self.process.gone:
+            return
+        if not self._closes_sessions:
+            self._open_session = None
+            return
+        self._closing = asyncio.ensure_future(self._close_open_session())
+        await asyncio.sleep(0)  # its first step sends the request: it goes out before the bookkeeping
+
+    async def session_closed(self) -> None:
+        """The last `session/close` has been answered, or given up on (its own 2 s limit)."""
+        closing, self._closing = self._closing, None
+        if closing is not None:
+            await closing
 
     async def prompt(
         self, session_id: str, text: str, *, cancel: Flag, interrupt: asyncio.Future[None] | None = None
@@ -192,6 +208,7 @@ class AgentLink:
     async def close(self) -> None:
         """session/close where supported, close the connection, then stop the process group."""
         process = self.process
+        await self.session_closed()
         if self._conn is not None and process is not None and not process.gone:
             await self._close_open_session()
         if self._conn is not None:
@@ -287,12 +304,16 @@ class AgentLink:
         await _discard(prompt)
         return None, True
 
+    @property
+    def _closes_sessions(self) -> bool:
+        caps = self._init.agent_capabilities if self._init else None
+        sessions = caps.session_capabilities if caps else None
+        return sessions is not None and sessions.close is not None
+
     async def _close_open_session(self) -> None:
         """`session/close` where the agent supports it: some agents exit only then."""
         session_id, self._open_session = self._open_session, None
-        caps = self._init.agent_capabilities if self._init else None
-        sessions = caps.session_capabilities if caps else None
-        if session_id is None or sessions is None or sessions.close is None:
+        if session_id is None or not self._closes_sessions:
             return
         assert self._conn is not None
         with contextlib.suppress(Exception):

@@ -439,6 +439,9 @@ class Run:
         skipped: set[str] = set()
         last: TaskResult | None = None
         while True:
+            # The last session/close answered before anything is judged at the boundary: a call the agent made
+            # meanwhile was refused, and what it wrote is in the git read.
+            await agent.link.session_closed()
             if last is not None and self.on_task_boundary is not None:
                 await self.on_task_boundary(len(completed))
             if self.controls.cancel_requested:
@@ -482,6 +485,7 @@ class Run:
             if result.terminal is not Terminal.COMPLETED:
                 return Stop(result.terminal, result.reason)
             if self.config.commit is not None:  # the kernel owns git: commit (and push) what the task did
+                await agent.link.session_closed()
                 committed = await commit_task(self.config.workspace, self.config.commit, task.id, task.title)
                 self.transcript.record(RecordType.COMMIT, task=task.id, **committed)
             completed.add(task.id)  # skipped from now on, even if the host cannot mark it done
@@ -494,6 +498,7 @@ class Run:
             if isinstance(outcome, Stop):
                 result.mark_done_error = dict(outcome.reason)
             if only is not None:  # a single-task run ends with its task
+                await agent.link.session_closed()
                 state = self._git_state()
                 result.left_changes = list(state.changes) if state else []
                 return Stop(Terminal.COMPLETED, result.reason)
