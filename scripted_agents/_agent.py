@@ -108,7 +108,11 @@ class ScriptedAgent:
                 self.sessions.popitem(last=False)
             self.wire.respond(request_id, {"sessionId": session.id})
         elif method == "session/close":
-            self.sessions.pop(str(params.get("sessionId")), None)
+            closed = self.sessions.pop(str(params.get("sessionId")), None)
+            if closed is not None and closed.script is not None and closed.turns_played:
+                last = closed.script.turn(closed.turns_played - 1)
+                if last.on_close:  # played here, on the reader: nothing else is read until it is answered
+                    _Player(self, closed, Turn(last.on_close), "").play()
             self.wire.respond(request_id, {})
         elif method == "session/prompt":
             prompted = self.sessions.get(str(params.get("sessionId")))

@@ -22,7 +22,9 @@ last one repeats. Turn keys: `steps`, `stop` (a stop reason, default
 end_turn), `ignore_cancel` (keep going after session/cancel: the kernel
 must kill us), `cancel_stop_reason` (what to answer a cancel with,
 default cancelled), `after_stop` (steps played right after the turn's
-answer: calls that come too late). A `write` or `terminal` step may name
+answer: calls that come too late), `on_close` (steps played when the
+session is closed, before the `session/close` answer: what an agent does
+as it winds a session down). A `write` or `terminal` step may name
 another `session` id than its own.
 """
 
@@ -74,7 +76,7 @@ class ScenarioError(ValueError):
 
 
 class Turn:
-    __slots__ = ("after_stop", "cancel_stop_reason", "ignore_cancel", "steps", "stop")
+    __slots__ = ("after_stop", "cancel_stop_reason", "ignore_cancel", "on_close", "steps", "stop")
 
     def __init__(
         self,
@@ -83,12 +85,14 @@ class Turn:
         ignore_cancel: bool = False,
         cancel_stop_reason: str = "cancelled",
         after_stop: tuple[dict[str, Any], ...] = (),
+        on_close: tuple[dict[str, Any], ...] = (),
     ) -> None:
         self.steps = steps
         self.stop = stop
         self.ignore_cancel = ignore_cancel
         self.cancel_stop_reason = cancel_stop_reason
         self.after_stop = after_stop
+        self.on_close = on_close
 
 
 class TaskScript:
@@ -186,7 +190,7 @@ def _task(data: Any, where: str) -> TaskScript:
 def _turn(data: Any, where: str) -> Turn:
     if not isinstance(data, dict):
         raise ScenarioError(f"{where}: a turn is a mapping")
-    _only(data, {"steps", "stop", "ignore_cancel", "cancel_stop_reason", "after_stop"}, where)
+    _only(data, {"steps", "stop", "ignore_cancel", "cancel_stop_reason", "after_stop", "on_close"}, where)
     for key in ("stop", "cancel_stop_reason"):
         if key in data and data[key] not in STOP_REASONS:
             raise ScenarioError(f"{where}.{key}: {data[key]!r} is not a stop reason ({sorted(STOP_REASONS)})")
@@ -197,6 +201,7 @@ def _turn(data: Any, where: str) -> Turn:
         ignore_cancel=bool(data.get("ignore_cancel", False)),
         cancel_stop_reason=data.get("cancel_stop_reason", "cancelled"),
         after_stop=tuple(_step(s, f"{where}.after_stop[{i}]") for i, s in enumerate(data.get("after_stop") or [])),
+        on_close=tuple(_step(s, f"{where}.on_close[{i}]") for i, s in enumerate(data.get("on_close") or [])),
     )
 
 

@@ -219,3 +219,23 @@ def test_usage_reported_only_by_usage_update_reaches_the_task_result(scripted_sc
     assert result.terminal is Terminal.IDLE
     assert result.tasks[0].tokens == {"used": 1800, "size": 8192}  # the last one reported
     assert result.tasks[1].tokens is None  # T1's figures are not carried into T2's session
+
+
+def test_the_boundary_waits_for_the_close_answer_and_sees_what_the_agent_wrote_while_closing(
+    scripted_scenario, harness_config, run_loop
+):
+    """session/close goes out as a task ends and is answered while the kernel does the task's bookkeeping:
+    the boundary's git read must wait for the answer, or what the agent writes as it closes the session
+    would pass the clean-tree check and be taken up by the next task."""
+    closing = [{"sleep": 0.5}, {"run": {"script": "echo stray > src/stray.txt"}}]  # after the kernel's bookkeeping
+    first = turn({"read": {"path": "README.md"}}, on_close=closing)  # leaves the tree as it found it
+    path = scripted_scenario(scenario({"T1": [first], "T2": [turn({"read": {"path": "README.md"}})]}))
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]))
+
+    assert result.terminal is Terminal.BLOCKED_PRECONDITION
+    assert (result.reason["check"], result.reason["left_by_task"]) == ("git_clean_tree", "T1")
+    assert result.reason["changes"] == ["?? src/stray.txt"]
+    assert [t.id for t in result.tasks] == ["T1"]  # T2 never started on the tree T1's agent left
+    records = read_transcript(result.transcript)
+    close = next(r["seq"] for r in rpc(records, "in") if r["msg"].get("result") == {})
+    assert close < next(r["seq"] for r in records if r["type"] == "preconditions" and not r["ok"])
