@@ -135,9 +135,8 @@ class AgentLink:
         """A task's session is over: `session/close` it where the agent supports that (Claude's adapter
         keeps a child process per open session, so a queue would otherwise pile them up).
 
-        The request goes out now and its answer is awaited by `session_closed()`: the kernel takes the
-        turn's last change measure and does the task's bookkeeping while the agent closes the session; the
-        task boundary (its checks, its git read, a commit) waits for the answer."""
+        The request goes out now and its answer is awaited by `session_closed()`: the kernel does the
+        task's bookkeeping while the agent closes the session (every read of the worktree waits for it)."""
         if self._open_session != session_id or self.process is None or self.process.gone:
             return
         if not self._closes_sessions:

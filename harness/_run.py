@@ -521,6 +521,7 @@ class Run:
             agent.client.begin_task(binding.allowed)
             with agent.host_tools.serving(binding) as entry:
                 stop, iterations = await self.session(agent, prompt, task=task, mcp_servers=[entry], watch=watch)
+                await agent.link.session_closed()  # its tools are served, and their use counted, until then
             used, host_stops = binding.used, binding.host_stops
         stop = self._check_termination(stop, used, host_stops=host_stops)
         result = TaskResult(
@@ -606,28 +607,21 @@ class Run:
                         return stop, iterations
                     text, kind = SEGMENT_PROMPT, str(PromptKind.CONTINUE_NEW_SEGMENT)
                     continue
-                outcome = TurnOutcome(answer, turn.tool_calls, turn.client_calls, refused.reason if refused else None)
-                next_ = after_turn(outcome, single_prompt=task is None, standing=standing,
-                                   standing_answers=self.config.limits.standing_answers)  # fmt: skip
-                if refused is None:  # a refusal says more than a budget, a budget more than the turn's answer
-                    if isinstance(next_, Stop):  # the session ends whatever the budgets say: close it meanwhile
-                        await self._end_session(agent, session_id)
+                if refused is None:  # a refusal says more than a budget
                     stop = watch.turn_ended(tool_calls=turn.tool_calls)
                     if stop is not None:
                         return stop, iterations
+                outcome = TurnOutcome(answer, turn.tool_calls, turn.client_calls, refused.reason if refused else None)
+                next_ = after_turn(outcome, single_prompt=task is None, standing=standing,
+                                   standing_answers=self.config.limits.standing_answers)  # fmt: skip
                 if isinstance(next_, Stop):
                     return next_, iterations
                 text, kind, standing = next_.text, str(next_.kind), next_.standing
         finally:
             self.last_counts = self._counts(watch)
             agent.client.watch = None
-            await self._end_session(agent, session_id)
-
-    @staticmethod
-    async def _end_session(agent: Agent, session_id: str) -> None:
-        """Its terminals released, then `session/close` sent (once: a second call finds nothing to do)."""
-        await agent.client.exec_host.release_session(session_id)
-        await agent.link.end_session(session_id)
+            await agent.client.exec_host.release_session(session_id)
+            await agent.link.end_session(session_id)
 
     def _new_watch(self) -> TaskWatch:
         """A fresh account for a session, its change meter started on the tree as it is now."""

@@ -24,7 +24,7 @@ must kill us), `cancel_stop_reason` (what to answer a cancel with,
 default cancelled), `after_stop` (steps played right after the turn's
 answer: calls that come too late), `on_close` (steps played when the
 session is closed, before the `session/close` answer: what an agent does
-as it winds a session down). A `write` or `terminal` step may name
+as it winds a session down; none that asks the client anything). A `write` or `terminal` step may name
 another `session` id than its own.
 """
 
@@ -68,6 +68,9 @@ STEP_KINDS = frozenset(
         "mcp_call",
     }
 )
+#: Steps that ask the client something over stdio: not playable on close, where the reader that would read the
+#: answer waits (`mcp_*` go to the host's MCP server over HTTP, and can).
+ASKING_STEPS = frozenset({"tool_call", "tool_calls", "elicit", "write", "read", "terminal"})
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
 
 
@@ -201,8 +204,15 @@ def _turn(data: Any, where: str) -> Turn:
         ignore_cancel=bool(data.get("ignore_cancel", False)),
         cancel_stop_reason=data.get("cancel_stop_reason", "cancelled"),
         after_stop=tuple(_step(s, f"{where}.after_stop[{i}]") for i, s in enumerate(data.get("after_stop") or [])),
-        on_close=tuple(_step(s, f"{where}.on_close[{i}]") for i, s in enumerate(data.get("on_close") or [])),
+        on_close=tuple(_closing_step(s, f"{where}.on_close[{i}]") for i, s in enumerate(data.get("on_close") or [])),
     )
+
+
+def _closing_step(data: Any, where: str) -> dict[str, Any]:
+    step = _step(data, where)
+    if next(iter(step)) in ASKING_STEPS:
+        raise ScenarioError(f"{where}: an on_close step asks the client nothing ({sorted(ASKING_STEPS)} do)")
+    return step
 
 
 def _step(data: Any, where: str) -> dict[str, Any]:

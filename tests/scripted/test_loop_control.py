@@ -239,3 +239,31 @@ def test_the_boundary_waits_for_the_close_answer_and_sees_what_the_agent_wrote_w
     records = read_transcript(result.transcript)
     close = next(r["seq"] for r in rpc(records, "in") if r["msg"].get("result") == {})
     assert close < next(r["seq"] for r in records if r["type"] == "preconditions" and not r["ok"])
+
+
+STRAY_ON_CLOSE = [{"sleep": 0.5}, {"run": {"script": "echo stray > src/stray.txt"}}]  # after the kernel's bookkeeping
+
+
+def test_a_single_task_run_reports_what_the_agent_wrote_while_closing(scripted_scenario, harness_config, run_loop):
+    """`--task`: the run ends with its task, and the changes it names are read once the close is answered."""
+    first = turn({"read": {"path": "README.md"}}, on_close=STRAY_ON_CLOSE)
+    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [first]}))), task_id="T1")
+
+    assert (result.terminal, result.reason["kind"]) == (Terminal.COMPLETED, "end_turn")
+    assert result.tasks[0].left_changes == ["?? src/stray.txt"]
+
+
+def test_the_kernels_commit_takes_what_the_agent_wrote_while_closing(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    """`workspace.commit`: the task's commit waits for the close's answer, so it holds the task's last writes
+    and the next boundary finds the tree clean."""
+    first = turn({"read": {"path": "README.md"}}, on_close=STRAY_ON_CLOSE)
+    path = scripted_scenario(scenario({"T1": [first]}))
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}], commit={"message": "{id}"}))
+
+    assert result.terminal is Terminal.IDLE
+    commits = [r for r in read_transcript(result.transcript) if r["type"] == "commit"]
+    assert [(c["task"], c["committed"]) for c in commits] == [("T1", True)]
+    assert harness_workspace.git("show", "--name-only", "--format=", commits[0]["sha"]).split() == ["src/stray.txt"]
+    assert result.tasks[0].left_changes == []

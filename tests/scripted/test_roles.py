@@ -368,3 +368,19 @@ def test_both_shipped_providers_serve_the_host_tools_and_the_config_knows_them_a
     finally:
         asyncio.run(github.aclose())
     assert DEFAULT_TOOLS == HOST_TOOLS  # role allowlists are checked against the tools that exist
+
+
+def test_a_proposal_opened_as_the_agent_closes_the_session_still_counts(scripted_scenario, harness_config, run_loop):
+    """The task's host tools are served until its session/close is answered (the kernel sends the close and
+    goes on with its bookkeeping meanwhile): a proposal the agent opens as it winds the session down meets
+    the termination, as it did when the close was awaited in place."""
+    propose = {"mcp_call": {"tool": "open_proposal", "arguments": {"title": "Add a greeting", "body": "on close"}}}
+    work = turn({"read": {"path": "README.md"}}, *task_branch("task-T1"), on_close=[propose])
+    path = scripted_scenario(scenario({None: [work]}, **MCP_AGENT))
+    config = harness_config(path, role={"termination": "ProposalOpened"}, sandbox={"mode": "off"})
+
+    result, host = run_with_provider(run_loop, config)
+
+    assert result.terminal is Terminal.IDLE, result.reason
+    assert [p["body"] for p in host.proposals] == ["on close"]
+    assert host_calls(result) == [("open_proposal", "ok")]
