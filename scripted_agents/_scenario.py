@@ -24,8 +24,8 @@ must kill us), `cancel_stop_reason` (what to answer a cancel with,
 default cancelled), `after_stop` (steps played right after the turn's
 answer: calls that come too late), `on_close` (steps played when the
 session is closed, before the `session/close` answer: what an agent does
-as it winds a session down; none that asks the client anything). A `write` or `terminal` step may name
-another `session` id than its own.
+as it winds a session down; none that asks the client anything). A
+`write` or `terminal` step may name another `session` id than its own.
 """
 
 from __future__ import annotations

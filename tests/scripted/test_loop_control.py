@@ -221,14 +221,16 @@ def test_usage_reported_only_by_usage_update_reaches_the_task_result(scripted_sc
     assert result.tasks[1].tokens is None  # T1's figures are not carried into T2's session
 
 
+STRAY_ON_CLOSE = [{"sleep": 0.5}, {"run": {"script": "echo stray > src/stray.txt"}}]  # after the kernel's bookkeeping
+
+
 def test_the_boundary_waits_for_the_close_answer_and_sees_what_the_agent_wrote_while_closing(
     scripted_scenario, harness_config, run_loop
 ):
     """session/close goes out as a task ends and is answered while the kernel does the task's bookkeeping:
     the boundary's git read must wait for the answer, or what the agent writes as it closes the session
     would pass the clean-tree check and be taken up by the next task."""
-    closing = [{"sleep": 0.5}, {"run": {"script": "echo stray > src/stray.txt"}}]  # after the kernel's bookkeeping
-    first = turn({"read": {"path": "README.md"}}, on_close=closing)  # leaves the tree as it found it
+    first = turn({"read": {"path": "README.md"}}, on_close=STRAY_ON_CLOSE)  # leaves the tree as it found it
     path = scripted_scenario(scenario({"T1": [first], "T2": [turn({"read": {"path": "README.md"}})]}))
     result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]))
 
@@ -239,9 +241,6 @@ def test_the_boundary_waits_for_the_close_answer_and_sees_what_the_agent_wrote_w
     records = read_transcript(result.transcript)
     close = next(r["seq"] for r in rpc(records, "in") if r["msg"].get("result") == {})
     assert close < next(r["seq"] for r in records if r["type"] == "preconditions" and not r["ok"])
-
-
-STRAY_ON_CLOSE = [{"sleep": 0.5}, {"run": {"script": "echo stray > src/stray.txt"}}]  # after the kernel's bookkeeping
 
 
 def test_a_single_task_run_reports_what_the_agent_wrote_while_closing(scripted_scenario, harness_config, run_loop):
