@@ -266,3 +266,24 @@ def test_the_kernels_commit_takes_what_the_agent_wrote_while_closing(
     assert [(c["task"], c["committed"]) for c in commits] == [("T1", True)]
     assert harness_workspace.git("show", "--name-only", "--format=", commits[0]["sha"]).split() == ["src/stray.txt"]
     assert result.tasks[0].left_changes == []
+
+
+def test_a_cancel_while_the_agent_closes_the_session_ends_the_run_at_the_boundary(
+    scripted_scenario, harness_config, run_loop
+):
+    """A user's cancel that arrives while the last session/close is still unanswered (the kernel has done the
+    task's bookkeeping) is seen at the boundary, once the close is answered: the next task never starts."""
+    first = turn({"read": {"path": "README.md"}}, on_close=[{"sleep": 0.6}])
+    path = scripted_scenario(scenario({"T1": [first], "T2": [turn({"read": {"path": "README.md"}})]}))
+    kernel = {}
+
+    def cancel_while_closing(record):
+        if record["type"] == "task_end":  # the close is out, its answer 0.6 s away
+            threading.Timer(0.3, kernel["k"].cancel).start()
+
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]),
+                      setup=lambda k: kernel.setdefault("k", k), observer=cancel_while_closing)  # fmt: skip
+
+    assert (result.terminal, result.reason) == (Terminal.CANCELLED, {"kind": "user_cancel", "during": "task_boundary"})
+    assert [t.id for t in result.tasks] == ["T1"]
+    assert [r["task"]["id"] for r in read_transcript(result.transcript) if r["type"] == "task_start"] == ["T1"]
