@@ -167,6 +167,7 @@ class AgentLink:
     ) -> str | Stop | Interrupted:
         assert self._conn is not None and self.process is not None
         prompt = asyncio.ensure_future(self._conn.prompt(session_id=session_id, prompt=[text_block(text)]))
+        await asyncio.sleep(0)  # its first step sends the request: the agent starts while the wait is set up
         wake = (cancel.future(),) if interrupt is None else (cancel.future(), interrupt)
         await self._wait_or_exit(prompt, wake=wake, timeout=self.limits.turn_timeout_s)
         if prompt.done():
