@@ -145,6 +145,11 @@ class AgentLink:
         self._closing = asyncio.ensure_future(self._close_open_session())
         await asyncio.sleep(0)  # its first step sends the request: it goes out before the bookkeeping
 
+    @property
+    def closing(self) -> bool:
+        """A `session/close` is out and its answer has not come yet."""
+        return self._closing is not None and not self._closing.done()
+
     async def session_closed(self) -> None:
         """The last `session/close` has been answered, or given up on (its own 2 s limit)."""
         closing, self._closing = self._closing, None

@@ -45,6 +45,7 @@ from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git
 from ._questions import restate
 from ._records import RecordType
 from ._recovery import TOKEN_VARIABLE, ActiveRuns
+from ._repository_events import RepositoryEvents
 from ._results import TaskResult
 from ._sandbox import PROXY_PORT, Sandbox, SandboxError, find_bwrap, plan_sandbox, sandbox_unavailable
 from ._terminals import Stop, Terminal
@@ -119,8 +120,8 @@ class Teardown:
     """How to close what a run opened, in a fixed order whatever was opened: stop serving the agent,
     then release its terminals, ... Each step runs whatever the one before did; a failure is recorded."""
 
-    ORDER = ("agent", "terminals", "host_tools", "provider", "egress", "sandbox", "changes", "completed",
-             "worktree_lock")  # fmt: skip
+    ORDER = ("agent", "terminals", "host_tools", "provider", "egress", "sandbox", "changes", "repository_events",
+             "completed", "worktree_lock")  # fmt: skip
 
     def __init__(self, transcript: Transcript) -> None:
         self.transcript = transcript
@@ -192,6 +193,8 @@ class Run:
         self._repo: pygit2.Repository | None = None  # opened at the first git state read
         self._upstreams: Upstreams | None = None  # with it
         self._meter: ChangeMeter | None = None  # opened at the first git read
+        self._repository_events: RepositoryEvents | None = None  # opened at the first read while closing
+        self._repository_unwatched = False  # its watches could not be set up: no read while closing
         self._confined: dict[str, str] = {}  # PATH as given: PATH as the agent gets it
         self.last_counts: dict[str, Any] = {}  # the last session's budget counts (its task_end record)
         self.policy = Policy(
@@ -375,27 +378,75 @@ class Run:
 
     # --- git at the boundaries -----------------------------------------------------------------
 
-    def _check_git(self, *, left_by_task: str | None, state: GitState | None = None) -> Stop | None:
+    def _check_git(
+        self, *, left_by_task: str | None, state: GitState | None = None, while_closing: bool = False
+    ) -> Stop | None:
         state = state or self._git_state()
         if state is None:
             return blocked("git_worktree", f"{self.config.workspace} is not a git worktree")
         stop = check_git(state, left_by_task=left_by_task)
-        self.transcript.record(RecordType.PRECONDITIONS, ok=stop is None, failed=dict(stop.reason) if stop else None)
+        read = {"git_read": "while_closing"} if while_closing else {}
+        self.transcript.record(RecordType.PRECONDITIONS, ok=stop is None, failed=dict(stop.reason) if stop else None,
+                               **read)  # fmt: skip
         return stop
 
     def _git_state(self) -> GitState | None:
         if self.git_dir is None:
             return None
-        if self._repo is None:
-            self._repo = pygit2.Repository(str(self.git_dir))
-            self._upstreams = Upstreams(self._repo, repository_dirs(self.git_dir))
         meter = self._change_meter()
         if meter is not None:
             meter.before_boundary_read()
-        state = read_git_state(self.config.workspace, self.git_dir, self._repo, self._upstreams)
+        state = self._read_git()
         if meter is not None:  # the next task's changes are counted from this read
             meter.boundary(clean=not state.changes, ignored=state.ignored, head=state.head)
         return state
+
+    def _read_git(self) -> GitState:
+        assert self.git_dir is not None
+        if self._repo is None:
+            self._repo = pygit2.Repository(str(self.git_dir))
+            self._upstreams = Upstreams(self._repo, repository_dirs(self.git_dir))
+        return read_git_state(self.config.workspace, self.git_dir, self._repo, self._upstreams)
+
+    def _read_while_closing(self, agent: Agent) -> GitState | None:
+        """The boundary's git read, taken while the agent closes the last session (it is otherwise idle then,
+        and so is the agent while the kernel reads after the answer); None when it cannot be confirmed later.
+
+        Both event queues are emptied first: `_boundary_state` keeps this read only if neither had an event
+        from then until the close was answered, so what the agent wrote or committed as it closed the session
+        is read again, after the answer, as before. What raises no event is not: a write through a shared
+        memory mapping made in that window is seen by the next full read (the next boundary's)."""
+        if not agent.link.closing or self.git_dir is None:
+            return None
+        meter, repository = self._change_meter(), self._repository_watch()
+        if meter is None or meter.events is None or meter.events.blind or repository is None or repository.blind:
+            return None
+        repository.changed()
+        meter.before_boundary_read()
+        return self._read_git()
+
+    def _boundary_state(self, early: GitState | None) -> tuple[GitState | None, bool]:
+        """The state the boundary judges: the read taken while closing when nothing has changed since (True),
+        else a read now."""
+        meter, repository = self._meter, self._repository_events
+        quiet = (early is not None and meter is not None and meter.events is not None and repository is not None
+                 and not meter.events.changed() and not repository.changed())  # fmt: skip
+        if quiet:
+            assert early is not None and meter is not None
+            meter.boundary(clean=not early.changes, ignored=early.ignored, head=early.head)
+            return early, True
+        return self._git_state(), False
+
+    def _repository_watch(self) -> RepositoryEvents | None:
+        """The inotify watches on the repository's own directories (opened once; None where they cannot be)."""
+        if self._repository_events is None and not self._repository_unwatched and self.git_dir is not None:
+            try:
+                self._repository_events = RepositoryEvents(repository_dirs(self.git_dir))
+            except OSError:
+                self._repository_unwatched = True
+                return None
+            self.teardown.add("repository_events", _closer(self._repository_events))
+        return self._repository_events
 
     def _change_meter(self) -> ChangeMeter | None:
         """The run's change meter (opened at the first git read, its inotify watches with it); None when
@@ -439,8 +490,9 @@ class Run:
         skipped: set[str] = set()
         last: TaskResult | None = None
         while True:
+            early = self._read_while_closing(agent) if last is not None else None
             # The last session/close answered before anything is judged at the boundary: a call the agent made
-            # meanwhile was refused, and what it wrote is in the git read.
+            # meanwhile was refused, and what it wrote is in the git read (read again if the early one missed it).
             await agent.link.session_closed()
             if last is not None and self.on_task_boundary is not None:
                 await self.on_task_boundary(len(completed))
@@ -466,7 +518,7 @@ class Run:
             # the next task: the first one listed (a long queue is not copied at every boundary)
             task = next((t for t in listing if t.id not in completed and t.id not in skipped
                          and (only is None or t.id == only)), None)  # fmt: skip
-            state = self._git_state() if last is not None else None  # one read per boundary
+            state, while_closing = self._boundary_state(early) if last is not None else (None, False)
             if last is not None:
                 last.left_changes = list(state.changes) if state else []
             if task is None:
@@ -477,7 +529,9 @@ class Run:
                 idle = {"kind": "queue_empty", "completed": len(completed)}
                 return Stop(Terminal.IDLE, {**idle, "skipped_completed_earlier": len(skipped)} if skipped else idle)
             if last is not None:
-                stop = await self.host.authorize(self.provider) or self._check_git(left_by_task=last.id, state=state)
+                stop = await self.host.authorize(self.provider) or self._check_git(
+                    left_by_task=last.id, state=state, while_closing=while_closing
+                )
                 if stop is not None:
                     return stop
             result = await self._run_task(agent, task)
@@ -700,7 +754,7 @@ def _interrupted(tripped: Stop | NewSegment | None, answer: Interrupted) -> Stop
     return None
 
 
-def _closer(thing: socket.socket | ChangeMeter) -> Callable[[], Awaitable[None]]:
+def _closer(thing: socket.socket | ChangeMeter | RepositoryEvents) -> Callable[[], Awaitable[None]]:
     async def close() -> None:
         thing.close()  # a socket: a no-op once the host-tools server has taken it over and closed it
 

@@ -9,10 +9,12 @@ file there with more than one link, which may be a tracked file's other name. A 
 being ignored (a `.gitignore` edit, itself an event) is watched again whole.
 
 What it does not see, and who does instead:
-- `.git` is not watched: a commit moves HEAD, which the change meter compares itself.
+- `.git` is not watched: a commit moves HEAD, which the change meter compares itself (and the boundary's
+  read taken while the agent closes a session is confirmed by `RepositoryEvents`, which watches it).
 - A write through a shared memory mapping raises no event until the file's last mapping goes; a measure
-  before that (another event triggers one) counts it, and so does the task boundary's clean-tree check,
-  a full git read.
+  before that (another event triggers one) counts it, and so does the next full git read: the task
+  boundary's, unless the write came while the agent closed the session, after the read taken then (the
+  boundary keeps that read when no event came: the next boundary's read sees the write).
 - An ignore rule changed in `.git/info/exclude` or a global excludes file (neither is watched; the
   sandbox keeps `.git` read-only): what it un-ignores is counted at the next git read.
 - A file hard-linked into the worktree and written through a name outside it (with the sandbox on, the

@@ -240,7 +240,46 @@ def test_the_boundary_waits_for_the_close_answer_and_sees_what_the_agent_wrote_w
     assert [t.id for t in result.tasks] == ["T1"]  # T2 never started on the tree T1's agent left
     records = read_transcript(result.transcript)
     close = next(r["seq"] for r in rpc(records, "in") if r["msg"].get("result") == {})
-    assert close < next(r["seq"] for r in records if r["type"] == "preconditions" and not r["ok"])
+    boundary = next(r for r in records if r["type"] == "preconditions" and not r["ok"])
+    assert close < boundary["seq"]
+    assert "git_read" not in boundary  # the read taken while closing missed the write: git was read again
+
+
+def test_the_boundary_keeps_the_git_read_taken_while_the_agent_closed_only_when_nothing_changed(
+    scripted_scenario, harness_config, run_loop
+):
+    """The boundary reads git while the agent closes the last session; with no event in the worktree or the
+    repository until the close is answered, that read is the boundary's (the transcript says so)."""
+    reading = turn({"read": {"path": "README.md"}})
+    path = scripted_scenario(scenario({"T1": [reading], "T2": [reading]}))
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]))
+
+    assert (result.terminal, [t.id for t in result.tasks]) == (Terminal.IDLE, ["T1", "T2"])
+    boundaries = [r for r in read_transcript(result.transcript) if r["type"] == "preconditions"]
+    assert [(r["ok"], r.get("git_read")) for r in boundaries] == [(True, None), (True, "while_closing")]
+
+
+@pytest.mark.parametrize(
+    ("script", "check", "detail"),
+    [
+        ("git commit -q --allow-empty -m stray", "git_unpushed_commits", "1 commit(s) on 'main' are not pushed"),
+        ("git rev-parse HEAD > .git/MERGE_HEAD", "git_edit_session", "a merge is in progress"),
+        ("git checkout -q -b stray", "git_upstream", "branch 'stray' has no upstream"),
+    ],
+    ids=["commit", "merge-head", "branch"],
+)
+def test_what_the_agent_does_to_the_repository_while_closing_is_seen_at_the_boundary(
+    scripted_scenario, harness_config, run_loop, script, check, detail
+):
+    """`.git` raises no worktree event: the repository's own directories are watched too, so a commit, an edit
+    session or a branch switch made as the agent closes the session sends the boundary back to git."""
+    first = turn({"read": {"path": "README.md"}}, on_close=[{"sleep": 0.5}, {"run": {"script": script}}])
+    path = scripted_scenario(scenario({"T1": [first], "T2": [turn({"read": {"path": "README.md"}})]}))
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], sandbox={"git_writable": True}))
+
+    assert (result.terminal, result.reason["check"]) == (Terminal.BLOCKED_PRECONDITION, check)
+    assert result.reason["detail"].startswith(detail)
+    assert [t.id for t in result.tasks] == ["T1"]
 
 
 def test_a_single_task_run_reports_what_the_agent_wrote_while_closing(scripted_scenario, harness_config, run_loop):
