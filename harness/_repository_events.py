@@ -3,10 +3,13 @@ changed since the last look: inotify watches on the git dir and the shared one o
 the index, the configuration, `packed-refs`, the edit-session files: MERGE_HEAD, rebase-merge/, ...), each
 `info/` (the exclude file) and every directory under each `refs/`. Git replaces each of those files by
 renaming a lock file over it, or appends to it in place: either is an event on a watched directory. Objects
-and logs are not watched: the read takes nothing from them that can change (commits are immutable).
+and logs are not watched: git's own writes there change nothing the read takes (commits are immutable). What
+git does not write is not followed: a watched name made a symlink to elsewhere, a submodule's git dir.
 
 With `WorktreeEvents` it lets the boundary read git while the agent closes the session: the read stands only
-if neither queue had an event from just before it until the close was answered (`Run._boundary_state`).
+if neither queue had an event from just before it until the close was answered (`Run._boundary_state`), and
+only where the agent cannot write `.git` at all (the sandbox on, `git_writable` off) and the index holds no
+submodule: there this queue is for what someone else does meanwhile (a person's commit, a branch switch).
 
 Any event counts, and the watches are renewed then (a new directory under `refs/`, an `info/` made since):
 between task boundaries events here are rare (a commit, a push, a fetch). Past `max_watches` directories, or

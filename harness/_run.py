@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
+from pygit2.enums import FileMode
 
 from ._agent_link import AgentLink, Interrupted
 from ._budget import CONVERGE_PROMPT, Account, NewSegment, StopCode
@@ -195,6 +196,9 @@ class Run:
         self._meter: ChangeMeter | None = None  # opened at the first git read
         self._repository_events: RepositoryEvents | None = None  # opened at the first read while closing
         self._repository_unwatched = False  # its watches could not be set up: no read while closing
+        # The git read consults what no event queue watches: a submodule's git dir (the index holds a gitlink), or
+        # the worktree beyond the workspace. None: not looked at yet.
+        self._beyond_events: bool | None = None
         self._confined: dict[str, str] = {}  # PATH as given: PATH as the agent gets it
         self.last_counts: dict[str, Any] = {}  # the last session's budget counts (its task_end record)
         self.policy = Policy(
@@ -410,27 +414,44 @@ class Run:
 
     def _read_while_closing(self, agent: Agent) -> GitState | None:
         """The boundary's git read, taken while the agent closes the last session (it is otherwise idle then,
-        and so is the agent while the kernel reads after the answer); None when it cannot be confirmed later.
+        and so is the agent while the kernel reads after the answer); None where it could not be confirmed.
 
-        Both event queues are emptied first: `_boundary_state` keeps this read only if neither had an event
-        from then until the close was answered, so what the agent wrote or committed as it closed the session
-        is read again, after the answer, as before. What raises no event is not: a write through a shared
-        memory mapping made in that window is seen by the next full read (the next boundary's)."""
-        if not agent.link.closing or self.git_dir is None:
+        Only where the agent can change nothing the read depends on but the worktree's files: the OS sandbox
+        on with `.git` read-only (the agent cannot commit, switch branches or start a merge, nor write a
+        configuration, exclude or hard-linked file outside), the workspace the worktree's root (its events
+        cover all git reads) and no submodule (whose own git dir the read consults). Both event queues are
+        emptied first: `_boundary_state` keeps the read only if neither had an event until the close was
+        answered, so what the agent wrote as it closed the session is read again, after the answer. What
+        raises no event is not: a write through a shared memory mapping made in that window is seen by the
+        next full read (the next boundary's)."""
+        sandbox = self.config.sandbox
+        if not agent.link.closing or sandbox.mode == "off" or sandbox.git_writable or self.git_dir is None:
             return None
         meter, repository = self._change_meter(), self._repository_watch()
         if meter is None or meter.events is None or meter.events.blind or repository is None or repository.blind:
             return None
-        repository.changed()
+        moved = repository.changed()  # also by someone else than the agent (a person's commit)
         meter.before_boundary_read()
-        return self._read_git()
+        try:
+            state = self._read_git()
+            assert self._repo is not None
+            if moved or self._beyond_events is None:  # the index is read afresh by the status above
+                workdir = self._repo.workdir
+                self._beyond_events = (
+                    workdir is None
+                    or Path(workdir).resolve() != self.config.workspace.resolve()
+                    or any(entry.mode == FileMode.COMMIT for entry in self._repo.index)
+                )
+        except (pygit2.GitError, OSError):  # judged after the answer, by the read then
+            return None
+        return None if self._beyond_events else state
 
     def _boundary_state(self, early: GitState | None) -> tuple[GitState | None, bool]:
         """The state the boundary judges: the read taken while closing when nothing has changed since (True),
-        else a read now."""
+        else a read now. Any worktree event counts, one beneath an ignored directory too."""
         meter, repository = self._meter, self._repository_events
         quiet = (early is not None and meter is not None and meter.events is not None and repository is not None
-                 and not meter.events.changed() and not repository.changed())  # fmt: skip
+                 and not meter.events.changed(strict=True) and not repository.changed())  # fmt: skip
         if quiet:
             assert early is not None and meter is not None
             meter.boundary(clean=not early.changes, ignored=early.ignored, head=early.head)

@@ -61,9 +61,10 @@ class WorktreeEvents:
         self._told, self._ignored = directories, ignored
         self._inside.clear()
 
-    def changed(self) -> bool:
+    def changed(self, *, strict: bool = False) -> bool:
         """True if anything may have changed since the last call. New directories are watched before this
-        returns, so a read that follows sees what was written before, and an event says what came after."""
+        returns, so a read that follows sees what was written before, and an event says what came after.
+        `strict`: events beneath ignored directories count too (no reasoning about what git would report)."""
         events = self._inotify.read(timeout=0)
         if self.blind:
             return True
@@ -79,9 +80,9 @@ class WorktreeEvents:
             if event.mask & IN.IGNORED:  # the directory is gone (its parent had the event), ignored or not
                 self._dirs.pop(event.wd, None)
                 self._inside.pop(event.wd, None)  # the kernel may hand the descriptor out again
-                changed = changed or not inside
+                changed = changed or strict or not inside
                 continue
-            if inside and not self._linked_elsewhere(event, linked, gone):
+            if inside and not strict and not self._linked_elsewhere(event, linked, gone):
                 continue
             changed = True
             if event.mask & IN.ISDIR and event.mask & (IN.MOVED_FROM | IN.MOVED_TO):

@@ -250,36 +250,123 @@ def test_the_boundary_keeps_the_git_read_taken_while_the_agent_closed_only_when_
 ):
     """The boundary reads git while the agent closes the last session; with no event in the worktree or the
     repository until the close is answered, that read is the boundary's (the transcript says so)."""
-    reading = turn({"read": {"path": "README.md"}})
-    path = scripted_scenario(scenario({"T1": [reading], "T2": [reading]}))
-    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]))
+    result = run_loop(harness_config(two_reading_tasks(scripted_scenario), tasks=[{"id": "T1"}, {"id": "T2"}]))
 
     assert (result.terminal, [t.id for t in result.tasks]) == (Terminal.IDLE, ["T1", "T2"])
     boundaries = [r for r in read_transcript(result.transcript) if r["type"] == "preconditions"]
     assert [(r["ok"], r.get("git_read")) for r in boundaries] == [(True, None), (True, "while_closing")]
 
 
-@pytest.mark.parametrize(
-    ("script", "check", "detail"),
-    [
-        ("git commit -q --allow-empty -m stray", "git_unpushed_commits", "1 commit(s) on 'main' are not pushed"),
-        ("git rev-parse HEAD > .git/MERGE_HEAD", "git_edit_session", "a merge is in progress"),
-        ("git checkout -q -b stray", "git_upstream", "branch 'stray' has no upstream"),
-    ],
-    ids=["commit", "merge-head", "branch"],
-)
-def test_what_the_agent_does_to_the_repository_while_closing_is_seen_at_the_boundary(
-    scripted_scenario, harness_config, run_loop, script, check, detail
+def read_while_closing(records):
+    """Each boundary's preconditions record: whether it kept the git read taken while the agent closed."""
+    return [r.get("git_read") == "while_closing" for r in records if r["type"] == "preconditions"][1:]
+
+
+def two_reading_tasks(scripted_scenario, on_close=()):
+    reading = turn({"read": {"path": "README.md"}})
+    first = turn({"read": {"path": "README.md"}}, on_close=list(on_close)) if on_close else reading
+    return scripted_scenario(scenario({"T1": [first], "T2": [reading]}))
+
+
+PERSON_IN_THE_WINDOW = {
+    "commit": (["commit", "-q", "--allow-empty", "-m", "by hand"], "git_unpushed_commits", "1 commit(s) on 'main'"),
+    "branch": (["checkout", "-q", "-b", "by-hand"], "git_upstream", "branch 'by-hand' has no upstream"),
+    "merge": (None, "git_edit_session", "a merge is in progress"),
+}
+
+
+@pytest.mark.parametrize(("args", "check", "detail"), PERSON_IN_THE_WINDOW.values(), ids=PERSON_IN_THE_WINDOW.keys())
+def test_what_changes_in_the_repository_while_the_agent_closes_is_seen_at_the_boundary(
+    scripted_scenario, harness_config, run_loop, harness_workspace, args, check, detail
 ):
-    """`.git` raises no worktree event: the repository's own directories are watched too, so a commit, an edit
-    session or a branch switch made as the agent closes the session sends the boundary back to git."""
-    first = turn({"read": {"path": "README.md"}}, on_close=[{"sleep": 0.5}, {"run": {"script": script}}])
-    path = scripted_scenario(scenario({"T1": [first], "T2": [turn({"read": {"path": "README.md"}})]}))
-    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], sandbox={"git_writable": True}))
+    """Under the sandbox the agent cannot touch `.git`, but someone else can (a person's commit, a branch
+    switch, a merge left half done): the repository's own directories are watched, so a change there after the
+    read taken while the agent closed the session sends the boundary back to git once the close is answered."""
+    path = two_reading_tasks(scripted_scenario, on_close=[{"sleep": 0.6}])
+
+    def by_hand():
+        if args is None:
+            (harness_workspace.path / ".git" / "MERGE_HEAD").write_text(harness_workspace.git("rev-parse", "HEAD"))
+        else:
+            harness_workspace.git(*args)
+
+    def in_the_window(record):
+        if record["type"] == "task_end" and record["id"] == "T1":  # the close is out, its answer 0.6 s away
+            threading.Timer(0.3, by_hand).start()  # after the read taken meanwhile
+
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]), observer=in_the_window)
 
     assert (result.terminal, result.reason["check"]) == (Terminal.BLOCKED_PRECONDITION, check)
     assert result.reason["detail"].startswith(detail)
     assert [t.id for t in result.tasks] == ["T1"]
+    assert read_while_closing(read_transcript(result.transcript)) == [False]
+
+
+def test_a_write_beneath_an_ignored_directory_while_closing_sends_the_boundary_back_to_git(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    """Keeping the early read takes no reasoning about what git ignores: any worktree event in the window counts
+    (what is ignored may have changed meanwhile); the tree is still clean, read after the answer."""
+    harness_workspace.commit("ignore src/out/", {".gitignore": "src/out/\n"})
+    harness_workspace.git("push", "-q")
+    harness_workspace.write("src/out/old", "built\n")  # there before the run: the write below is its only event
+    appending = [{"sleep": 0.4}, {"run": {"script": "echo more >> src/out/old"}}]  # src/ is writable in the sandbox
+    result = run_loop(harness_config(two_reading_tasks(scripted_scenario, on_close=appending),
+                                     tasks=[{"id": "T1"}, {"id": "T2"}]))  # fmt: skip
+
+    assert (result.terminal, [t.id for t in result.tasks]) == (Terminal.IDLE, ["T1", "T2"])
+    assert read_while_closing(read_transcript(result.transcript)) == [False]
+    assert (harness_workspace.path / "src" / "out" / "old").read_text() == "built\nmore\n"  # the write happened
+
+
+def test_a_git_read_that_fails_while_the_agent_closes_is_read_again_after_the_answer(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    """A ref that points nowhere for a moment (someone's half-written update) fails the early read: the boundary
+    reads git after the answer instead, as it always did, and the run goes on."""
+    path = two_reading_tasks(scripted_scenario, on_close=[{"sleep": 0.6}])
+    ref = harness_workspace.path / ".git" / "refs" / "remotes" / "origin" / "main"
+    good = ref.read_text()
+
+    def break_then_mend(record):
+        if record["type"] == "task_end" and record["id"] == "T1":  # before the early read: it meets the broken ref
+            ref.write_text("1" * 40 + "\n")
+            threading.Timer(0.2, ref.write_text, (good,)).start()
+
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}]), observer=break_then_mend)
+
+    assert (result.terminal, [t.id for t in result.tasks]) == (Terminal.IDLE, ["T1", "T2"])
+    assert read_while_closing(read_transcript(result.transcript)) == [False]
+
+
+def test_no_read_while_closing_where_the_agent_could_change_what_it_depends_on(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    """With `.git` writable the agent could commit as it closes the session, with the sandbox off it could write
+    anything outside (a config include, an excludes file), with a submodule the read consults a git dir no queue
+    watches: in each the boundary reads git after the answer, even when nothing changed."""
+    path, tasks = two_reading_tasks(scripted_scenario), [{"id": "T1"}, {"id": "T2"}]
+    writable = run_loop(harness_config(path, "writable.yaml", tasks=tasks, sandbox={"git_writable": True}))
+    off = run_loop(harness_config(path, "off.yaml", tasks=tasks, sandbox={"mode": "off"}))
+    head = harness_workspace.git("rev-parse", "HEAD").strip()
+    harness_workspace.git("update-index", "--add", "--cacheinfo", f"160000,{head},vendored")
+    (harness_workspace.path / "vendored").mkdir()  # not checked out: an empty directory, as git leaves it
+    harness_workspace.git("commit", "-q", "-m", "a submodule")
+    harness_workspace.git("push", "-q")
+    gitlink = run_loop(harness_config(path, "gitlink.yaml", tasks=tasks))
+
+    for result in (writable, off, gitlink):
+        assert (result.terminal, [t.id for t in result.tasks]) == (Terminal.IDLE, ["T1", "T2"])
+        assert read_while_closing(read_transcript(result.transcript)) == [False]
+
+
+def test_the_agents_own_commit_while_closing_is_seen_where_git_is_writable(scripted_scenario, harness_config, run_loop):
+    committing = [{"sleep": 0.3}, {"run": {"script": "git commit -q --allow-empty -m stray"}}]
+    path = two_reading_tasks(scripted_scenario, on_close=committing)
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], sandbox={"git_writable": True}))
+
+    assert (result.terminal, result.reason["check"]) == (Terminal.BLOCKED_PRECONDITION, "git_unpushed_commits")
+    assert (result.reason["left_by_task"], [t.id for t in result.tasks]) == ("T1", ["T1"])
 
 
 def test_a_single_task_run_reports_what_the_agent_wrote_while_closing(scripted_scenario, harness_config, run_loop):
