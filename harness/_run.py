@@ -417,15 +417,19 @@ class Run:
         and so is the agent while the kernel reads after the answer); None where it could not be confirmed.
 
         Only where the agent can change nothing the read depends on but the worktree's files: the OS sandbox
-        on with `.git` read-only (the agent cannot commit, switch branches or start a merge, nor write a
-        configuration, exclude or hard-linked file outside), the workspace the worktree's root (its events
-        cover all git reads) and no submodule (whose own git dir the read consults). Both event queues are
-        emptied first: `_boundary_state` keeps the read only if neither had an event until the close was
-        answered, so what the agent wrote as it closed the session is read again, after the answer. What
-        raises no event is not: a write through a shared memory mapping made in that window is seen by the
-        next full read (the next boundary's)."""
-        sandbox = self.config.sandbox
-        if not agent.link.closing or sandbox.mode == "off" or sandbox.git_writable or self.git_dir is None:
+        on, with its private HOME and TMP and `.git` read-only (the agent cannot commit, switch branches or
+        start a merge, nor write a configuration, exclude or hard-linked file outside), the workspace the
+        worktree's root (its events cover all git reads) and no submodule (whose own git dir the read
+        consults). Both event queues are emptied first: `_boundary_state` keeps the read only if neither had
+        an event until the close was answered, so what the agent wrote as it closed the session is read again,
+        after the answer. What raises no event is not: a write through a shared memory mapping or by Linux AIO
+        made in that window is seen by the next full read (the next boundary's), as one made just after the
+        answer always was."""
+        sandbox, env = self.config.sandbox, self.config.agent.env
+        private = sandbox.home is None and sandbox.tmp is None and not {"HOME", "XDG_CONFIG_HOME"} & set(env)
+        if not agent.link.closing or sandbox.mode == "off" or sandbox.git_writable or not private:
+            return None
+        if self.git_dir is None:
             return None
         meter, repository = self._change_meter(), self._repository_watch()
         if meter is None or meter.events is None or meter.events.blind or repository is None or repository.blind:
@@ -451,7 +455,9 @@ class Run:
         else a read now. Any worktree event counts, one beneath an ignored directory too."""
         meter, repository = self._meter, self._repository_events
         quiet = (early is not None and meter is not None and meter.events is not None and repository is not None
-                 and not meter.events.changed(strict=True) and not repository.changed())  # fmt: skip
+                 and not meter.events.changed(strict=True))  # fmt: skip
+        if quiet and repository is not None and repository.changed():
+            quiet, self._beyond_events = False, None  # the index may hold a gitlink now: looked at again next time
         if quiet:
             assert early is not None and meter is not None
             meter.boundary(clean=not early.changes, ignored=early.ignored, head=early.head)

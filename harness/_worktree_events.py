@@ -3,15 +3,18 @@ directories (any process's writes, the sandboxed agent's too: a watch is on the 
 A change measure that finds no event since the last one costs a read of this queue instead of a `git
 status` (about 290k instructions on a two-file repository, half of it libgit2's config snapshot).
 
-Events beneath a directory git reported ignored at its last read (`target/`, `out/`) say nothing: the
-meter counts such a directory as one entry, there or not, and its parent's events say that; except a
-file there with more than one link, which may be a tracked file's other name. A directory that stops
-being ignored (a `.gitignore` edit, itself an event) is watched again whole.
+Only the repository's own `.git` is left out (`RepositoryEvents` watches it); a `.git` below the root is
+watched like any directory. Events beneath a directory git reported ignored at its last read (`target/`,
+`out/`) say nothing: the meter counts such a directory as one entry, there or not, and its parent's events
+say that; except a file there with more than one link, which may be a tracked file's other name. A
+directory that stops being ignored (a `.gitignore` edit, itself an event) is watched again whole, and one
+made (or moved in) beneath an ignored directory is watched as it appears.
 
 What it does not see, and who does instead:
 - `.git` is not watched: a commit moves HEAD, which the change meter compares itself (and the boundary's
   read taken while the agent closes a session is confirmed by `RepositoryEvents`, which watches it).
-- A write through a shared memory mapping raises no event until the file's last mapping goes; a measure
+- A write through a shared memory mapping raises no event until the file's last mapping goes (nor does a
+  Linux AIO write, `io_submit`, until its descriptor is closed); a measure
   before that (another event triggers one) counts it, and so does the next full git read: the task
   boundary's, unless the write came while the agent closed the session, after the read taken then (the
   boundary keeps that read when no event came: the next boundary's read sees the write).
@@ -82,12 +85,15 @@ class WorktreeEvents:
                 self._inside.pop(event.wd, None)  # the kernel may hand the descriptor out again
                 changed = changed or strict or not inside
                 continue
-            if inside and not strict and not self._linked_elsewhere(event, linked, gone):
-                continue
+            if inside:  # a directory made here is watched all the same: a hard link written in it counts
+                if event.mask & IN.ISDIR and event.mask & (IN.CREATE | IN.MOVED_TO) and event.wd in self._dirs:
+                    self._watch_tree(os.path.join(self._dirs[event.wd], event.name))
+                if not strict and not self._linked_elsewhere(event, linked, gone):
+                    continue
             changed = True
-            if event.mask & IN.ISDIR and event.mask & (IN.MOVED_FROM | IN.MOVED_TO):
+            if event.mask & IN.ISDIR and event.mask & (IN.MOVED_FROM | IN.MOVED_TO) and not inside:
                 self._watch_tree(str(self.root))  # a moved directory's watches carry their old paths: renew all
-            elif event.mask & IN.ISDIR and event.mask & IN.CREATE and event.wd in self._dirs:
+            elif event.mask & IN.ISDIR and event.mask & IN.CREATE and event.wd in self._dirs and not inside:
                 self._watch_tree(os.path.join(self._dirs[event.wd], event.name))
         return changed
 
@@ -119,8 +125,12 @@ class WorktreeEvents:
         self._inotify.close()
 
     def _watch_tree(self, top: str) -> None:
+        own = os.path.join(self.root, ".git")  # the repository's own (RepositoryEvents): a `.git` below is watched
+        if top == own:
+            return
         for directory, subdirs, _files in os.walk(top, onerror=self._unlisted, followlinks=False):
-            subdirs[:] = [d for d in subdirs if d != ".git"]
+            if directory == str(self.root):
+                subdirs[:] = [d for d in subdirs if os.path.join(directory, d) != own]
             if self.blind or not self._watch(directory):
                 return
 

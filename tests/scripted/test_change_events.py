@@ -270,3 +270,34 @@ def test_a_commit_between_the_boundary_read_and_the_task_start_counts_against_th
     ws.commit("slipped in", {"src/slipped.py": "a\nb\nc\n"})
     meter.start()
     assert meter.measure() == Changes(1, 3)
+
+
+def test_a_directory_made_inside_an_ignored_one_is_watched_for_a_hard_link_written_there(tree):
+    """A build directory made after the last look (out/d) is watched too: a tracked file linked into it and
+    written through that name counts, as it would directly beneath out/."""
+    root, events = tree
+    (root / "out").mkdir()
+    events.changed()
+    events.ignore(frozenset({"out/"}))
+    (root / "out" / "d").mkdir()
+    os.link(root / "src" / "deep" / "a.txt", root / "out" / "d" / "alias")
+    events.changed()  # the link was made: out/d is watched from here
+    with open(root / "out" / "d" / "alias", "a") as other_name:
+        other_name.write("appended\n")
+    assert events.changed()
+    (root / "out" / "d" / "plain").write_text("a build's output\n")
+    assert not events.changed()  # but a build's own writes there still say nothing
+
+
+def test_a_dot_git_directory_below_the_root_is_watched(tree):
+    """Only the repository's own `.git` is left to RepositoryEvents: a `src/.git` (a nested repository, or a
+    directory made to hide in) is watched like any other, a tracked file's hard link in it too."""
+    root, events = tree
+    hide = root / "src" / "tmpd"
+    hide.mkdir()
+    os.link(root / "src" / "deep" / "a.txt", hide / "alias")
+    hide.rename(root / "src" / ".git")
+    assert events.changed()
+    with open(root / "src" / ".git" / "alias", "a") as other_name:
+        other_name.write("appended\n")
+    assert events.changed()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -342,12 +343,14 @@ def test_a_git_read_that_fails_while_the_agent_closes_is_read_again_after_the_an
 def test_no_read_while_closing_where_the_agent_could_change_what_it_depends_on(
     scripted_scenario, harness_config, run_loop, harness_workspace
 ):
-    """With `.git` writable the agent could commit as it closes the session, with the sandbox off it could write
-    anything outside (a config include, an excludes file), with a submodule the read consults a git dir no queue
-    watches: in each the boundary reads git after the answer, even when nothing changed."""
+    """With `.git` writable the agent could commit as it closes the session, with the sandbox off or the user's
+    HOME as its own it could write what git reads outside (a config include, an excludes file), with a
+    submodule the read consults a git dir no queue watches: in each the boundary reads git after the answer,
+    even when nothing changed."""
     path, tasks = two_reading_tasks(scripted_scenario), [{"id": "T1"}, {"id": "T2"}]
     writable = run_loop(harness_config(path, "writable.yaml", tasks=tasks, sandbox={"git_writable": True}))
     off = run_loop(harness_config(path, "off.yaml", tasks=tasks, sandbox={"mode": "off"}))
+    shared_home = run_loop(harness_config(path, "home.yaml", tasks=tasks, sandbox={"home": str(Path.home())}))
     head = harness_workspace.git("rev-parse", "HEAD").strip()
     harness_workspace.git("update-index", "--add", "--cacheinfo", f"160000,{head},vendored")
     (harness_workspace.path / "vendored").mkdir()  # not checked out: an empty directory, as git leaves it
@@ -355,9 +358,36 @@ def test_no_read_while_closing_where_the_agent_could_change_what_it_depends_on(
     harness_workspace.git("push", "-q")
     gitlink = run_loop(harness_config(path, "gitlink.yaml", tasks=tasks))
 
-    for result in (writable, off, gitlink):
+    for result in (writable, off, shared_home, gitlink):
         assert (result.terminal, [t.id for t in result.tasks]) == (Terminal.IDLE, ["T1", "T2"])
         assert read_while_closing(read_transcript(result.transcript)) == [False]
+
+
+def test_a_submodule_added_while_the_run_goes_on_ends_the_reads_while_closing(
+    scripted_scenario, harness_config, run_loop, harness_workspace
+):
+    """Whether the index holds a gitlink is looked at again after any change in the repository: one committed
+    by someone while T1's session closes stops the read while closing from T2's boundary on."""
+    reading = turn({"read": {"path": "README.md"}})
+    path = scripted_scenario(scenario({"T1": [turn({"read": {"path": "README.md"}}, on_close=[{"sleep": 0.6}])],
+                                       "T2": [reading], "T3": [reading]}))  # fmt: skip
+
+    (harness_workspace.path / "vendored").mkdir()  # empty: git does not see it, and it raises no event later
+
+    def add_a_submodule():  # in the repository only: the worktree stays quiet
+        head = harness_workspace.git("rev-parse", "HEAD").strip()
+        harness_workspace.git("update-index", "--add", "--cacheinfo", f"160000,{head},vendored")
+        harness_workspace.git("commit", "-q", "-m", "a submodule")
+        harness_workspace.git("push", "-q")
+
+    def in_the_window(record):
+        if record["type"] == "task_end" and record["id"] == "T1":
+            threading.Timer(0.3, add_a_submodule).start()
+
+    result = run_loop(harness_config(path, tasks=[{"id": f"T{i}"} for i in (1, 2, 3)]), observer=in_the_window)
+
+    assert (result.terminal, [t.id for t in result.tasks]) == (Terminal.IDLE, ["T1", "T2", "T3"])
+    assert read_while_closing(read_transcript(result.transcript)) == [False, False]  # T1's and T2's boundaries
 
 
 def test_the_agents_own_commit_while_closing_is_seen_where_git_is_writable(scripted_scenario, harness_config, run_loop):
