@@ -435,6 +435,8 @@ class Run:
         if meter is None or meter.events is None or meter.events.blind or repository is None or repository.blind:
             return None
         moved = repository.changed()  # also by someone else than the agent (a person's commit)
+        if self._beyond_events and not moved:  # as last time: the read after the answer is the boundary's
+            return None
         meter.before_boundary_read()
         try:
             state = self._read_git()
