@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,10 +83,15 @@ class AgentLink:
         try:
             env = self.confine(agent_environment({**self.agent.env, TOKEN_VARIABLE: self.token}))
             argv = self.agent.command
+            fds: tuple[int, ...] = ()
             if self.sandbox is not None:
-                argv, env = self.sandbox.wrap(argv, cwd=str(self.cwd), env=env, tools=True)
-            self.process = await AgentProcess.spawn(argv, cwd=str(self.cwd), env=env, transcript=self.transcript,
-                                                    token=self.token)  # fmt: skip
+                argv, env, fds = self.sandbox.wrap(argv, cwd=str(self.cwd), env=env, tools=True)
+            try:
+                self.process = await AgentProcess.spawn(argv, cwd=str(self.cwd), env=env, transcript=self.transcript,
+                                                        token=self.token, pass_fds=fds)  # fmt: skip
+            finally:
+                for fd in fds:
+                    os.close(fd)
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the argv or environment
             return Stop(Terminal.FAILED, {"kind": "agent_start_failed", "argv": self.agent.command, "error": str(exc)})
         if self.on_spawn is not None:  # before initialize: a kernel killed now still leaves a trail

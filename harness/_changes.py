@@ -77,6 +77,12 @@ class ChangeMeter:
         if self.events is not None:
             self.events.changed()
 
+    @property
+    def ignored_at_start(self) -> frozenset[str]:
+        """What git reported ignored when the task started: never the task's own change, whatever `.gitignore`
+        the task wrote since (the kernel's commit leaves these out)."""
+        return self._ignored_at_start
+
     def boundary(self, *, clean: bool, ignored: frozenset[str], head: pygit2.Oid | None) -> None:
         """What the boundary read found: when clean, the next task may start from it (its ignored paths,
         git lists them as `measure` does when the tree is clean)."""

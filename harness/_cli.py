@@ -186,7 +186,9 @@ def _run(args: argparse.Namespace) -> int:
         if display is not None:
             display.close()
     if args.json:
-        print(json.dumps(result.to_json()))
+        from ._transcript import finite_numbers  # loaded with the kernel already
+
+        print(json.dumps(finite_numbers(result.to_json()), allow_nan=False))  # strict JSON: NaN as a string
     else:
         _print_summary(result)
     return result.exit_code

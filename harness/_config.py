@@ -292,13 +292,16 @@ class SandboxConfig(_Strict):
     # Paths outside the worktree the agent may not even read: each is replaced by an empty read-only one
     # (the control server hides the other workspaces and its own state this way).
     hide: list[Path] = Field(default_factory=list)
+    # Host Unix sockets the agent may connect to (an ssh-agent, a docker.sock): every other path socket the
+    # host has bound outside the worktree and the run's own dirs is masked.
+    sockets: list[Path] = Field(default_factory=list)
 
-    @field_validator("hide")
+    @field_validator("hide", "sockets")
     @classmethod
     def _absolute(cls, paths: list[Path]) -> list[Path]:
         relative = [str(p) for p in paths if not p.expanduser().is_absolute()]
         if relative:
-            raise ValueError(f"hide takes absolute paths (not {relative})")
+            raise ValueError(f"takes absolute paths (not {relative})")
         return [p.expanduser() for p in paths]
 
 

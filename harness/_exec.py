@@ -89,17 +89,23 @@ class ExecHost:
         if live >= self._max:
             raise RuntimeError(f"too many open terminals in this session (limit {self._max})")
         run_env = {**self._base_env, **(env or {})}
+        fds: tuple[int, ...] = ()
         if self._sandbox is not None:
-            argv, run_env = self._sandbox.wrap(argv, cwd=cwd, env=run_env)
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            cwd=cwd,
-            env=run_env,
-            start_new_session=True,
-        )
+            argv, run_env, fds = self._sandbox.wrap(argv, cwd=cwd, env=run_env)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=cwd,
+                env=run_env,
+                start_new_session=True,
+                pass_fds=fds,
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
         limit = min(output_byte_limit or DEFAULT_OUTPUT_LIMIT, MAX_OUTPUT_LIMIT)  # the agent's ask, capped
         terminal = _Terminal(session_id, process, limit)
         terminal.reader = asyncio.create_task(terminal.read(), name="terminal-output")

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import ipaddress
 import os
 import re
 import shutil
+import socket
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -42,7 +44,17 @@ from ._config import HOST_SERVER_NAME, RuleConfig
 from ._paths import real_path
 from ._shell import Command, Unparseable, parse_invocation
 
-__all__ = ["DEFAULT_PROTECTED", "TOOL_KIND_TO_RULE_KIND", "Policy", "Turn", "Verdict", "glob_matches"]
+__all__ = [
+    "DEFAULT_PROTECTED",
+    "TOOL_KIND_TO_RULE_KIND",
+    "Address",
+    "Policy",
+    "Turn",
+    "Verdict",
+    "glob_matches",
+    "host_address",
+    "is_local_address",
+]
 
 #: Written by no agent, whatever the rules say (relative to the worktree): all of `.git`, which
 #: covers its config, refs, packed-refs, hooks and modules, and a linked worktree's gitfile.
@@ -83,6 +95,10 @@ SHELL = shutil.which("bash") or "/bin/sh"
 _HOST_TOOL_TITLE = re.compile(rf"mcp__{re.escape(HOST_SERVER_NAME)}__([a-z_]+)")
 _HOST = re.compile(r"[a-z0-9.-]+|\[[0-9a-f:.]+\]")
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+_INET_ATON = re.compile(r"[0-9][0-9a-fx.]*")  # the characters of inet_aton's octal, hex and decimal parts
+#: "This network": Linux reaches its own machine at 0.0.0.0, and no host is at the rest of 0/8.
+_THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
 _MAX_CWDS = 16  # directories a script may `cd` between before it is too tangled to judge
 _MAX_CONTENTS = 100_000  # paths beneath a directory read or written whole, before it is too large to judge
 
@@ -265,8 +281,12 @@ class Policy:
     # --- judging, request by request -----------------------------------------------------------
 
     def judge_host(self, host: str) -> Verdict:
-        """A connection the sandbox's proxy is asked for: the network rules on the host name alone."""
-        return _safely(self._judge, "network", [host.lower().rstrip(".")], frozenset())
+        """A connection the sandbox's proxy is asked for: the network rules on the host alone. An address in
+        any form the C resolver takes (`0x7f.1`, `2130706433`, `::ffff:127.0.0.1`) is judged as its canonical
+        text (`127.0.0.1`). This machine (`localhost`, a loopback or unspecified address) is allowed only by
+        a rule naming that very host, never by a pattern (`*`, `127.*`): `localhost` allows the name (what it
+        resolves to), `127.0.0.1` that address in any spelling, `::1` and `0.0.0.0` likewise."""
+        return _safely(self._judge_host, host)
 
     def judge_tool_call(self, tool_call: Mapping[str, Any]) -> Verdict:
         """Judge a `session/request_permission` by what its tool call would touch."""
@@ -289,6 +309,19 @@ class Policy:
         """Judge a command: every simple command in it, the paths its arguments name, and every file
         it redirects to, each relative to every directory the script may have changed to by then."""
         return _safely(self._judge_execute, command, args, cwd, approvals)
+
+    def _judge_host(self, host: str) -> Verdict:
+        address = host_address(host)
+        host = str(address) if address is not None else host.lower().rstrip(".")
+        verdict = self._judge("network", [host], frozenset())
+        if not verdict.allowed or not (host == "localhost" or (address is not None and is_local_address(address))):
+            return verdict
+        named = [r.id for r in self.rules if r.kind == "network" and r.decision == "allow"
+                 and any(p.lower() == host for p in r.patterns)]  # fmt: skip
+        if named:
+            return Verdict(True, (named[0],), {"kind": "allowed"})
+        why = f"{host} is this machine: only a rule naming {host} itself allows it, not a pattern"
+        return _refuse("unmatched", rule_kind="network", target=host, why=why)
 
     def _gate(self, session_id: str, turn: Turn) -> Verdict | None:
         """Only the session whose turn is running may act: nothing late, nothing stray."""
@@ -818,6 +851,33 @@ def _safely(judge: Callable[..., Verdict], *args: Any) -> Verdict:
 
 def _refuse(kind: str, **detail: Any) -> Verdict:
     return Verdict(False, (), {"kind": kind, **detail})
+
+
+def host_address(host: str) -> Address | None:
+    """The address a host names, in any form the C resolver takes it in (None: a name). Legacy IPv4 forms
+    (`0177.0.0.1`, `0x7f.1`, `127.1`, `2130706433`) as inet_aton reads them; an IPv6 address that embeds an
+    IPv4 one (`::ffff:127.0.0.1`, `::ffff:7f00:1`, the old `::127.0.0.1`) as that IPv4 address."""
+    text = host.lower().rstrip(".").removeprefix("[").removesuffix("]")
+    try:
+        address: Address = ipaddress.ip_address(text)
+    except ValueError:
+        if not _INET_ATON.fullmatch(text):  # inet_aton would also take `127.1 junk`; a name spares the call
+            return None
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(text))
+        except OSError:
+            return None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if int(address) >> 32 == 0 and int(address) > 1:  # IPv4-compatible; `::` and `::1` are IPv6's own
+            return ipaddress.IPv4Address(int(address))
+    return address
+
+
+def is_local_address(address: Address) -> bool:
+    """An address that leads back to this machine: loopback, unspecified (`0.0.0.0`, `::`), or 0/8."""
+    return address.is_loopback or address.is_unspecified or address in _THIS_NETWORK
 
 
 def _host_of(value: Any) -> str | None:

@@ -45,6 +45,7 @@ class RecordType(StrEnum):
     TASK_END = "task_end"
     COMMIT = "commit"  # the kernel's commit (and push) of a completed task
     COMPLETION_NOT_KEPT = "completion_not_kept"
+    DISK_FULL = "disk_full"  # the disk under the transcript is full (or failing): the run ends Failed
     KERNEL_ERROR = "kernel_error"
     TEARDOWN_ERROR = "teardown_error"
     TERMINAL = "terminal"  # last line: the run's terminal, its reason and every task's

@@ -19,6 +19,8 @@ import hashlib
 import os
 import shutil
 import socket
+import stat
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -48,7 +50,7 @@ from ._records import RecordType
 from ._recovery import TOKEN_VARIABLE, ActiveRuns
 from ._repository_events import RepositoryEvents
 from ._results import TaskResult
-from ._sandbox import PROXY_PORT, Sandbox, SandboxError, find_bwrap, plan_sandbox, sandbox_unavailable
+from ._sandbox import PROXY_PORT, Sandbox, SandboxError, find_bwrap, plan_sandbox, runs_base, sandbox_unavailable
 from ._terminals import Stop, Terminal
 from ._transcript import Transcript
 from ._transport import agent_environment
@@ -64,6 +66,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Agent", "Controls", "Run", "RunState", "Teardown"]
 
+#: Paths a `teardown_error` of the run's directory names (`left_count` says how many there were).
+_LEFT_SHOWN = 20
 #: Config fields that do not change which queue a run drains (its remembered completions stay).
 _NOT_THE_QUEUE = {"source", "role_source", "autonomy", "autonomy_sources", "autonomy_warnings"}
 
@@ -189,6 +193,7 @@ class Run:
         self.state = RunState.NEW
         self.position: dict[str, Any] = {}  # mode, or the current task and iteration
         self.teardown = Teardown(transcript)
+        transcript.on_fault = self._stop_for_the_disk  # its disk filled: the run ends Failed, kind disk_full
         self.teardown.add("provider", provider.aclose)
         self.git_dir = find_git_dir(config.workspace)  # None: not a git worktree (a precondition says so)
         self._repo: pygit2.Repository | None = None  # opened at the first git state read
@@ -218,10 +223,19 @@ class Run:
         return list(self.agent.client.rule_ids) if self.agent is not None else []
 
     def refused(self) -> Stop | None:
-        """A refusal stops the run wherever it happened: in a turn, or in a call that came late."""
-        if self.agent is None or not self.agent.client.refusals:
-            return None
-        return Stop(Terminal.BLOCKED_POLICY, self.agent.client.refusals[0])
+        """A refusal stops the run wherever it happened: in a turn, or in a call that came late. So does a full
+        disk under the transcript (after a refusal: the verdict on the agent comes first)."""
+        if self.agent is not None and self.agent.client.refusals:
+            return Stop(Terminal.BLOCKED_POLICY, self.agent.client.refusals[0])
+        fault = self.transcript.fault
+        return Stop(Terminal.FAILED, fault) if fault is not None else None
+
+    def _stop_for_the_disk(self) -> None:
+        """The transcript met a full disk: the running turn is stopped now, not when the agent ends it (a budget's
+        interrupt; `refused()` then names the fault). Called wherever the transcript was written: any thread."""
+        watch = self.agent.client.watch if self.agent is not None else None
+        if watch is not None:
+            watch.interrupt.get_loop().call_soon_threadsafe(_resolve, watch.interrupt)
 
     # --- preparing: preconditions, sandbox, agent ----------------------------------------------
 
@@ -326,8 +340,11 @@ class Run:
         bwrap = find_bwrap(settings.bwrap)
         cause = sandbox_unavailable(bwrap)
         if cause is None and bwrap is not None:
-            run_dir = Path(tempfile.mkdtemp(prefix="loop-harness-run-"))
-            self.teardown.add("sandbox", lambda: asyncio.to_thread(shutil.rmtree, run_dir, True))
+            try:
+                run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=runs_base()))
+            except (SandboxError, OSError) as exc:
+                return blocked("sandbox_available", f"no private directory for the run: {exc}", mode=settings.mode)
+            self.teardown.add("sandbox", lambda: self._remove_run_dir(run_dir))
             git_dirs = repository_dirs(self.git_dir) if self.git_dir else []
             try:
                 sandbox = plan_sandbox(settings, bwrap=bwrap, worktree=self.config.workspace,
@@ -340,6 +357,15 @@ class Run:
                 cause = f"the sandbox could not be planned: {exc}"
         return blocked("sandbox_available", f"{cause}; to run without the OS sandbox set sandbox: {{mode: off}}",
                        mode=settings.mode)  # fmt: skip
+
+    async def _remove_run_dir(self, run_dir: Path) -> None:
+        """The run's private directory, gone with whatever the agent left in it; what could not be removed is
+        named in the transcript (a `teardown_error` of step `sandbox`), never left in silence."""
+        left, error = await asyncio.to_thread(remove_tree, run_dir)
+        if left and not self.transcript.closed:
+            self.transcript.record(RecordType.TEARDOWN_ERROR, step="sandbox", left=left[:_LEFT_SHOWN],
+                                   left_count=len(left),
+                                   error=f"{len(left)} path(s) in {run_dir} could not be removed: {error}")  # fmt: skip
 
     async def _open_egress(self, sandbox: Sandbox, run_dir: Path) -> tuple[Sandbox, Egress, socket.socket]:
         """The sandbox's ways out, all through the kernel: the filtering proxy (when a network rule allows a
@@ -569,7 +595,12 @@ class Run:
                 return Stop(result.terminal, result.reason)
             if self.config.commit is not None:  # the kernel owns git: commit (and push) what the task did
                 await agent.link.session_closed()
-                committed = await commit_task(self.config.workspace, self.config.commit, task.id, task.title)
+                # what the policy allows of the task's changes; what was ignored when it started is not one
+                start_ignored = self._meter.ignored_at_start if self._meter is not None else frozenset()
+                committed = await commit_task(
+                    self.config.workspace, self.config.commit, task.id, task.title,
+                    policy=self.policy, ignored=start_ignored, git_dir=self.git_dir,
+                )  # fmt: skip
                 self.transcript.record(RecordType.COMMIT, task=task.id, **committed)
             completed.add(task.id)  # skipped from now on, even if the host cannot mark it done
             if store is not None:
@@ -788,6 +819,63 @@ def _closer(thing: socket.socket | ChangeMeter | RepositoryEvents) -> Callable[[
         thing.close()  # a socket: a no-op once the host-tools server has taken it over and closed it
 
     return close
+
+
+def remove_tree(root: Path) -> tuple[list[str], str | None]:
+    """Remove `root` and all in it, what its owner made unremovable too (a directory without write or search
+    permission: chmod 500, 000): the directory that holds a refused entry, and a directory that could not be
+    opened, get owner rwx back and the entry is removed again, once. Returns what is still there (and the first
+    error). The agent has ended by now (its teardown step comes first): nothing swaps a path for a symlink
+    between the check and the chmod, and no chmod follows one."""
+    left: dict[str, str] = {}  # path: why (a directory is tried again after what is in it: each named once)
+    tried: set[str] = set()
+
+    def again(function: Callable[..., Any], path: str, exc: Any) -> None:
+        error = exc[1] if isinstance(exc, tuple) else exc  # onerror's exc_info, or onexc's exception
+        if isinstance(error, FileNotFoundError):
+            return
+        try:
+            if path in tried:
+                raise error
+            tried.add(path)
+            if path != str(root):  # never the directory `root` is in
+                _grant(os.path.dirname(path))
+            if _grant(path):  # a directory that could not be opened, or emptied
+                _rmtree(path, again)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:  # gone meanwhile (with its parent)
+            return
+        except OSError as failed:
+            left.setdefault(path, f"{type(failed).__name__}: {failed}")
+
+    if os.path.lexists(root):
+        try:
+            _rmtree(str(root), again)
+        except RecursionError:  # deeper than Python's stack: say so rather than end the teardown
+            left.setdefault(str(root), "RecursionError: nested too deep to remove")
+    return list(left), next(iter(left.values()), None)
+
+
+def _grant(path: str) -> bool:
+    """Owner read, write and search on `path` if it is a directory (never through a symlink); True if it is one."""
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISDIR(mode):
+        return False
+    os.chmod(path, stat.S_IMODE(mode) | stat.S_IRWXU)
+    return True
+
+
+def _rmtree(path: str, handler: Callable[[Callable[..., Any], str, Any], None]) -> None:
+    if sys.version_info >= (3, 12):  # onerror is deprecated there
+        shutil.rmtree(path, onexc=handler)
+    else:
+        shutil.rmtree(path, onerror=handler)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _task_prompt(prefix: str, task: Task) -> str:

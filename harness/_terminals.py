@@ -26,7 +26,7 @@ class Terminal(StrEnum):
     BLOCKED_RATE_LIMITED = "BlockedRateLimited"  # the host kept rate-limiting past the retry budget
     BLOCKED_PRECONDITION = "BlockedPrecondition"  # a precondition failed at activation or a task boundary
     BLOCKED_HOST_UNAVAILABLE = "BlockedHostUnavailable"  # the host stayed unreachable past the budget
-    FAILED = "Failed"  # the agent crashed, broke framing, refused, or timed out
+    FAILED = "Failed"  # the agent crashed, broke framing, refused, or timed out; the disk filled
     IDLE = "Idle"  # the queue is empty
 
     def __str__(self) -> str:
@@ -60,6 +60,7 @@ REASON_KINDS: Mapping[Terminal, frozenset[str]] = {
             "protocol_version",
             "refusal",
             "kernel_error",
+            "disk_full",
             "restarted",
         }
     ),

@@ -101,7 +101,14 @@ class AgentProcess:
 
     @classmethod
     async def spawn(
-        cls, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], transcript: Transcript, token: str = ""
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        transcript: Transcript,
+        token: str = "",
+        pass_fds: Sequence[int] = (),
     ) -> AgentProcess:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -112,6 +119,7 @@ class AgentProcess:
             env=dict(env),
             start_new_session=True,
             limit=1 << 20,
+            pass_fds=pass_fds,
         )
         transcript.record(RecordType.AGENT_START, pid=process.pid, argv=list(argv))
         return cls(process, transcript, token=token)
