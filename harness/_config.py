@@ -295,6 +295,9 @@ class SandboxConfig(_Strict):
     # Host Unix sockets the agent may connect to (an ssh-agent, a docker.sock): every other path socket the
     # host has bound outside the worktree and the run's own dirs is masked.
     sockets: list[Path] = Field(default_factory=list)
+    # Well-known credentials of the kernel's user (~/.ssh, ~/.git-credentials, ~/.aws, ~/.config/gh, /etc/shadow, ...)
+    # hidden like `hide` (see harness/_sandbox.py `_CREDENTIALS`); false shows them, as the user could.
+    hide_credentials: bool = True
 
     @field_validator("hide", "sockets")
     @classmethod

@@ -24,6 +24,7 @@ worktree.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import ipaddress
@@ -32,6 +33,7 @@ import re
 import shutil
 import socket
 import stat
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -876,8 +878,33 @@ def host_address(host: str) -> Address | None:
 
 
 def is_local_address(address: Address) -> bool:
-    """An address that leads back to this machine: loopback, unspecified (`0.0.0.0`, `::`), or 0/8."""
-    return address.is_loopback or address.is_unspecified or address in _THIS_NETWORK
+    """An address that leads back to this machine or its link: loopback, unspecified (`0.0.0.0`, `::`), 0/8,
+    link-local (169.254/16 with the cloud metadata service, fe80::/10), or any address of one of this
+    machine's own interfaces (its eth0, a docker bridge: a service listening on 0.0.0.0 answers there)."""
+    if address.is_loopback or address.is_unspecified or address.is_link_local or address in _THIS_NETWORK:
+        return True
+    return address in _interface_addresses()
+
+
+_INTERFACES_TTL = 5.0  # seconds an interface listing is reused: addresses change rarely, a lookup costs ~100 us
+_interfaces: tuple[float, frozenset[Address]] = (-_INTERFACES_TTL, frozenset())
+
+
+def _interface_addresses() -> frozenset[Address]:
+    global _interfaces
+    taken, addresses = _interfaces
+    if time.monotonic() - taken < _INTERFACES_TTL:
+        return addresses
+    import psutil
+
+    found: set[Address] = set()
+    for entries in psutil.net_if_addrs().values():
+        for entry in entries:
+            if entry.family in (socket.AF_INET, socket.AF_INET6):
+                with contextlib.suppress(ValueError):
+                    found.add(ipaddress.ip_address(entry.address.split("%", 1)[0]))
+    _interfaces = (time.monotonic(), frozenset(found))
+    return _interfaces[1]
 
 
 def _host_of(value: Any) -> str | None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import os
 import re
 import shutil
@@ -64,7 +65,9 @@ _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "htt
 # inside: remount `/` read-write, unmount a mask, chattr +i, mknod), and no capability in it either.
 _NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                "--unshare-net")  # fmt: skip
-_PRIVILEGE = ("--cap-drop", "ALL")
+# ... nor in a namespace it makes itself: a nested user namespace would hand it every capability again there
+# (netfilter, raw sockets: the kernel's own attack surface)
+_PRIVILEGE = ("--cap-drop", "ALL", "--disable-userns")
 
 
 class SandboxError(Exception):
@@ -193,7 +196,9 @@ def sandbox_unavailable(bwrap: str | None) -> str | None:
 def runs_base() -> Path:
     """The common parent of every run's private directory (HOME, TMP, proxy socket): one per user, made 0700.
     Each sandbox hides it whole and shows only its own run's directory, so one loop never sees another's."""
-    base = Path(tempfile.gettempdir()) / f"loop-harness-runs-{os.getuid()}"
+    # /tmp where there is one, whatever TMPDIR says: loops with different TMPDIRs still share one base to hide
+    parent = "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK) else tempfile.gettempdir()
+    base = Path(parent) / f"loop-harness-runs-{os.getuid()}"
     with contextlib.suppress(FileExistsError):
         base.mkdir(mode=0o700)
     found = os.lstat(base)
@@ -225,7 +230,9 @@ def plan_sandbox(
     empty.write_bytes(b"")
     empty.chmod(0o444)
     own = (root, str(run_dir), home, tmp, *map(str, git_dirs))
-    mounts = [*_hidden(config.hide, keep=own), *_other_runs(run_dir, keep=own), Mount("rw", home), Mount("rw", tmp)]
+    credentials = _credentials(own) if config.hide_credentials else []
+    mounts = [*_hidden([*config.hide, *_system_sockets(own), *credentials], keep=own), *_other_runs(run_dir, keep=own),
+              Mount("rw", home), Mount("rw", tmp)]  # fmt: skip
     if config.mode == "workspace-write":
         mounts += [Mount("rw", p) for p in _writable_roots(root, rules)]
     mounts += [Mount("remount-ro", m.path) for m in mounts if m.how == "tmpfs"]
@@ -261,6 +268,38 @@ def _other_runs(run_dir: Path, *, keep: Sequence[str]) -> list[Mount]:
     if any(within(os.path.realpath(k), base) and not within(os.path.realpath(k), own) for k in keep):
         return []  # something the run needs lives beside the runs: hiding their parent would hide it too
     return [Mount("tmpfs", base), Mount("ro", os.path.realpath(run_dir))]
+
+
+#: Credentials the kernel's user keeps, hidden by default (`sandbox.hide_credentials`): `/` is read-only, not
+#: hidden, and inside the agent is its own uid, so it owns and can read these as the kernel could.
+_CREDENTIALS = ("~/.ssh", "~/.git-credentials", "~/.netrc", "~/.config/gh", "~/.config/git/credentials", "~/.aws",
+                "~/.docker", "~/.gnupg", "~/.kube", "~/.config/gcloud", "~/.azure", "~/.pypirc", "~/.npmrc",
+                "~/.cargo/credentials.toml", "~/.cargo/credentials", "/etc/shadow", "/etc/gshadow",
+                "/etc/ssh/ssh_host_*_key")  # fmt: skip
+
+
+def _credentials(keep: Sequence[str]) -> list[Path]:
+    """The well-known credential files that exist here, but for one that holds or is inside what the run
+    needs (an agent whose HOME is the kernel's own `~/.docker`, say)."""
+    found: list[Path] = []
+    for pattern in _CREDENTIALS:
+        for path in glob.glob(os.path.expanduser(pattern)):
+            real = os.path.realpath(path)
+            if not any(overlaps(real, os.path.realpath(k)) for k in keep):
+                found.append(Path(real))
+    return found
+
+
+def _system_sockets(keep: Sequence[str]) -> list[Path]:
+    """Where the system keeps its sockets (docker.sock, the system and session buses, systemd's, a user's
+    runtime dir): `/run` (and `/var/run`, which leads there), hidden whole unless it holds what the run needs.
+    A socket bound there later, or in another network namespace, is then out of reach too."""
+    found: list[Path] = []
+    for name in ("/run", "/var/run"):
+        real = os.path.realpath(name)
+        if os.path.isdir(real) and not any(overlaps(real, os.path.realpath(k)) for k in keep):
+            found.append(Path(real))
+    return found
 
 
 def _pinned_ancestors(protected: Sequence[str], writable: Sequence[str]) -> list[str]:

@@ -153,6 +153,18 @@ attempt("setuid at create", setuid_at_create)
 def device_node():
     os.mknod(W["device"], 0o600 | stat.S_IFBLK, os.makedev(7, 0))
 attempt("device node", device_node)
+def whiteout():  # renameat2(RENAME_WHITEOUT) leaves a character device 0:0 where the file was
+    if libc.renameat2(-100, W["whiteout"].encode(), -100, (W["whiteout"] + ".moved").encode(), 4) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+attempt("whiteout", whiteout)
+def nested_namespace():  # a user namespace of its own would give every capability back inside it
+    if subprocess.run(["unshare", "--user", "--map-root-user", "true"], capture_output=True).returncode != 0:
+        raise PermissionError("unshare refused")
+attempt("nested namespace", nested_namespace)
+def read_shadow():  # uid 0 inside owns root's files: /etc/shadow is the owner's to read unless hidden
+    if ":" not in open("/etc/shadow").read():
+        raise PermissionError("masked")
+attempt("read shadow", read_shadow)
 def type_into_terminal():
     privileged("umount -l /dev")
     fd = os.open(W["pty"], os.O_RDWR | os.O_NOCTTY)
@@ -260,6 +272,7 @@ def test_root_or_not_the_agent_has_no_power_beyond_its_files(tmp_path, listener,
              "transcripts": str(tmp_path / "transcripts"), "stuck": str(stuck) if stuck else "$HOME/stuck",
              "keyctl": _KEYCTL, "key_name": key_name, "suid": str(workspace / "src/sh"),
              "suid_created": str(workspace / "src/created"), "device": str(workspace / "src/disk"),
+             "whiteout": str(workspace / "src/a.txt"),
              "pty": os.ttyname(slave)}  # fmt: skip
     (tmp_path / "outside").mkdir()
     (tmp_path / "transcripts").mkdir()
@@ -293,6 +306,7 @@ def test_root_or_not_the_agent_has_no_power_beyond_its_files(tmp_path, listener,
         "setuid at create": (workspace / "src/created").exists()
         and bool((workspace / "src/created").stat().st_mode & (stat.S_ISUID | stat.S_ISGID)),
         "device node": (workspace / "src/disk").exists() and stat.S_ISBLK((workspace / "src/disk").stat().st_mode),
+        "whiteout": stat.S_ISCHR(os.lstat(workspace / "src/a.txt").st_mode),
         "type into terminal": b"injected" in injected,
         "enter network": bool(accepted),
     }
@@ -306,7 +320,8 @@ def test_root_or_not_the_agent_has_no_power_beyond_its_files(tmp_path, listener,
         return
     # the control: each effect is real and observable with the sandbox off
     expected = {"write outside", "plant hook", "read secret", "kernel env", "forge transcript", "forge completed",
-                "unlink lock", "read keyring", "setuid shell", "setuid at create"}  # fmt: skip
+                "unlink lock", "read keyring", "setuid shell", "setuid at create", "whiteout",
+                "nested namespace", "read shadow"}  # fmt: skip
     if not user:  # what needs root's capabilities (or a root owner)
         expected |= {"immutable", "device node", "type into terminal", "enter network"}
     assert {what for what, result in said.items() if result == "done"} >= expected, said
@@ -515,3 +530,45 @@ def test_the_seccomp_program_refuses_what_it_says(tmp_path):
     )
     assert (tmp_path / "plain").stat().st_mode & 0o7777 == 0o755
     assert shutil.which("python3")
+
+
+def _interface_address() -> str | None:
+    import psutil
+
+    for entries in psutil.net_if_addrs().values():
+        for entry in entries:
+            if entry.family == socket.AF_INET and not entry.address.startswith("127."):
+                return entry.address
+    return None
+
+
+@pytest.mark.parametrize("rule", ["*", "literal"])
+def test_this_machines_other_addresses_need_a_rule_that_names_them(tmp_path, rule):
+    """Under `*`, the proxy let through this machine's own non-loopback addresses (its eth0, a docker bridge),
+    where a service listening on 0.0.0.0 answers, and the link-local metadata address."""
+    address = _interface_address()
+    if address is None:
+        pytest.skip("no non-loopback IPv4 interface here")
+    with socket.create_server(("0.0.0.0", 0)) as server:
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+        script = textwrap.dedent(f"""\
+            import os, socket
+            proxy = os.environ["HTTPS_PROXY"].rsplit(":", 1)[1]
+            client = socket.create_connection(("127.0.0.1", int(proxy)), timeout=5)
+            client.sendall(b"CONNECT {address}:{port} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+            print("this machine: " + ("done" if b" 200 " in client.recv(200) else "blocked"), flush=True)
+            """)
+        hosts = ["*"] if rule == "*" else [address]
+        rules = [*RULES, {"id": "net", "kind": "network", "hosts": hosts, "decision": "allow"}]
+        _, config = hostile(tmp_path, script, mode="workspace-write", rules=rules)
+        report = report_of(run_cli(config, user=False))
+        reached = False
+        with contextlib.suppress(OSError):
+            server.accept()[0].close()
+            reached = True
+    said = outcomes(agent_said(report))
+    egress = [r for r in read_transcript(Path(report["transcript"])) if r["type"] == "egress" and r["host"] == address]
+    assert said == {"this machine": "done" if rule == "literal" else "blocked"}, said
+    assert reached is (rule == "literal")
+    assert {r["allowed"] for r in egress} == {rule == "literal"}  # the turn runs again unanswered: each alike
