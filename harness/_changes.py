@@ -70,6 +70,7 @@ class ChangeMeter:
         self._last_head: pygit2.Oid | None = None
         self._current = False  # `_last` holds as of the last drain of the event queue
         self._boundary: _Boundary | None = None
+        self._started = False
 
     def before_boundary_read(self) -> None:
         """The task boundary reads git next: empty the event queue first, so that what it reads is all that
@@ -83,6 +84,16 @@ class ChangeMeter:
         the task wrote since (the kernel's commit leaves these out)."""
         return self._ignored_at_start
 
+    @property
+    def start_head(self) -> pygit2.Oid | None:
+        """The commit HEAD named when the task started (None: unborn): the agent's own commits since are its change."""
+        return self._start_head
+
+    @property
+    def started(self) -> bool:
+        """The last `start()` read where the task starts from (False: it failed, the task's changes are unknown)."""
+        return self._started
+
     def boundary(self, *, clean: bool, ignored: frozenset[str], head: pygit2.Oid | None) -> None:
         """What the boundary read found: when clean, the next task may start from it (its ignored paths,
         git lists them as `measure` does when the tree is clean)."""
@@ -95,6 +106,7 @@ class ChangeMeter:
         zero; a path ignored there and gone since would go uncounted if made again, one that appeared in
         between is counted (the safe way)."""
         boundary, self._boundary = self._boundary, None
+        self._started = False  # until the start below is read whole
         # From a boundary, its HEAD: a commit since then is one since the start, and the first measure finds
         # HEAD moved and reads git (nothing else in the kernel moves HEAD between the two).
         head = boundary.head if boundary is not None else self._head()
@@ -109,6 +121,7 @@ class ChangeMeter:
             self._tell_ignored(self._ignored_at_start)
             self._current = False  # the tree may differ from HEAD already: the first measure reads git
         self._fingerprint, self._last, self._last_head = None, Changes(0, 0), self._start_head
+        self._started = True
 
     def measure(self) -> Changes:
         quiet = self.events is not None and not self.events.changed()  # drained before any read below

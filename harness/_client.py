@@ -8,6 +8,11 @@ what they allow becomes this turn's approvals. Each decision is recorded in the 
 its rule ids; a refusal is remembered on the turn and on the run, and the kernel ends the run
 `BlockedPolicy` after it, wherever it happened.
 
+A stop latches (issue 30): once a stop is decided for the turn (a budget or stall rule trips, a policy
+refusal that ends the run, the turn's `session/cancel` goes out), the request that tripped it and every later
+permission, `fs/*`, `terminal/create` and elicitation request is answered `cancelled` or refused, never
+served, and each is on record as a `policy` refusal whose reason (kind `stopped`) names the stop.
+
 `session_update` never awaits, so updates are counted in wire order.
 """
 
@@ -146,8 +151,7 @@ class KernelClient:
         self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any
     ) -> RequestPermissionResponse:
         raw_call = tool_call.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if self.cancelling:
-            self._record("session/request_permission", raw_call, None, outcome="cancelled")
+        if self._latched("session/request_permission", raw_call) is not None:  # the spec's answer after a cancel
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         choices = [(o.option_id, o.kind) for o in options]
         verdict = self.policy.permission(session_id, raw_call, choices, self._moment())
@@ -204,6 +208,7 @@ class KernelClient:
         self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
     ) -> ReadTextFileResponse:
         target = {"path": path}
+        self._refuse_after_stop("fs/read_text_file", target, measure=False)  # a read changes nothing: no measure
         verdict = self._enforce("fs/read_text_file", self.policy.read(session_id, path, self._moment()), target)
         self.turn.client_calls += 1
         self._record("fs/read_text_file", target, verdict)  # the decision is on record before it is acted on
@@ -226,13 +231,13 @@ class KernelClient:
         self, session_id: str, path: str, content: str, **kwargs: Any
     ) -> WriteTextFileResponse | None:
         target = {"path": path}
-        self._check_budget("fs/write_text_file")
+        self._refuse_after_stop("fs/write_text_file", {"path": path, "bytes": len(content)})
         verdict = self._enforce("fs/write_text_file", self.policy.write(session_id, path, self._moment()), target)
         self.turn.client_calls += 1
         self._record("fs/write_text_file", {"path": path, "bytes": len(content)}, verdict)  # before the write
-        if self.watch is not None:
-            self.watch.kernel_acted()
         root, relative = str(self.policy.worktree), verdict.paths[0]
+        if self.watch is not None:  # the lines it may charge, at most: the old file's, then the new content's
+            self.watch.kernel_acted(_size(os.path.join(root, relative)) + len(content) + 2)
         try:
             if len(content) <= SMALL_FILE_BYTES:
                 write_beneath(root, relative, content)
@@ -255,7 +260,7 @@ class KernelClient:
         **kwargs: Any,
     ) -> CreateTerminalResponse:
         target = {"command": command, "args": args or [], "cwd": cwd}
-        self._check_budget("terminal/create")
+        self._refuse_after_stop("terminal/create", target)
         variables = {v.name: v.value for v in env or ()}
         verdict = self.policy.terminal(session_id, command, args, variables, cwd, self._moment())
         self._enforce("terminal/create", verdict, target)
@@ -323,6 +328,8 @@ class KernelClient:
         ledger; a form that needs free text, a URL, or answering turned off stops the run BlockedAwaitingInput."""
         if self.watch is None or ARRIVAL.get() is None:  # no turn was running: nobody asked this agent anything
             return CancelElicitationResponse(action="cancel")
+        if self._latched("elicitation/create", {}) is not None:
+            return CancelElicitationResponse(action="cancel")
         schema = getattr(mode, "requested_schema", None)
         if schema is None:
             self.watch.unanswerable("elicitation", message, "a URL elicitation needs a person")
@@ -353,17 +360,46 @@ class KernelClient:
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _check_budget(self, source: str) -> None:
-        """Once a budget has stopped the task, the kernel writes and runs nothing more for it while the turn
-        is cancelled (the grace period is not a window for more work)."""
-        if self.watch is not None:
+    def stopped(self) -> dict[str, Any] | None:
+        """The stop decided for the running turn, if one is (a `stopped` reason naming it): a refusal (it ends
+        the run), a budget, stall rule or question that tripped, a segment ceiling (the turn is cancelled for
+        it), or the turn's cancel sent. None: requests are judged as usual."""
+        if self.refusals:
+            first = self.refusals[0]
+            return {"kind": "stopped", "by": "policy_refusal", "rule_id": first["rule_id"], "source": first["source"]}
+        tripped = self.watch.tripped if self.watch is not None else None
+        if isinstance(tripped, Stop):
+            code = tripped.reason.get("stop_code")
+            return {"kind": "stopped", "by": tripped.reason["kind"], **({"stop_code": code} if code else {})}
+        if tripped is not None:
+            return {"kind": "stopped", "by": "segment_ceiling", "why": tripped.why}
+        if self.cancelling:
+            return {"kind": "stopped", "by": "cancel"}
+        return None
+
+    def _latched(self, source: str, target: Mapping[str, Any], *, measure: bool = True) -> dict[str, Any] | None:
+        """Before any request is served: measure the changes if something may have been written since the last
+        measure (so the request after a write that broke a cap is the one refused), then the stop latch. A
+        latched request is on record as refused (`cancelled` for a permission or elicitation) with its stop."""
+        if self.watch is not None and measure:
             self.watch.before_effect()
-        if self.watch is not None and isinstance(self.watch.tripped, Stop):
-            reason = dict(self.watch.tripped.reason)
+        why = self.stopped()
+        if why is None:
+            return None
+        cancelled = source in ("session/request_permission", "elicitation/create")
+        self.transcript.record(RecordType.POLICY, source=source, decision="refuse", rule_ids=[], reason=why,
+                               outcome="cancelled" if cancelled else "refused", **_describe(target))  # fmt: skip
+        if why["by"] in ("budget", "stall") and source in ("fs/write_text_file", "terminal/create"):
             self.transcript.record(RecordType.BUDGET, event="refused_after_stop", source=source,
-                                   stop_code=reason.get("stop_code"))  # fmt: skip
-            error = {"error": "the task's budget is spent; the turn is being cancelled", "kind": reason["kind"],
-                     "stop_code": reason.get("stop_code")}  # fmt: skip
+                                   stop_code=why.get("stop_code"))  # fmt: skip
+        return why
+
+    def _refuse_after_stop(self, source: str, target: Mapping[str, Any], *, measure: bool = True) -> None:
+        """An `fs/*` or `terminal/create` request after a stop: a JSON-RPC error (the grace period while the turn
+        is cancelled is not a window for more work)."""
+        why = self._latched(source, target, measure=measure)
+        if why is not None:
+            error = {"error": "the turn is stopped; nothing more is served for it", **why}
             raise RequestError.invalid_request(error)
 
     def _enforce(self, source: str, verdict: Verdict, target: Mapping[str, Any]) -> Verdict:
@@ -406,6 +442,14 @@ def _describe(target: Mapping[str, Any]) -> dict[str, Any]:
     renamed = {"title": "tool", "kind": "tool_kind"}  # `kind` is the reason's own key
     keys = ("toolCallId", "title", "kind", "path", "command", "args", "cwd", "terminalId", "bytes")
     return {renamed.get(k, k): target[k] for k in keys if k in target and target[k] is not None}
+
+
+def _size(path: str) -> int:
+    """A file's size, 0 if there is none (a stat never blocks)."""
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
 
 
 async def _maybe_await(value: Awaitable[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:

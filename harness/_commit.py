@@ -14,24 +14,29 @@ tree. Two promises (docs/kernel-git.md lists every way git could run a program, 
 * The commit follows the policy, not ignore files the agent wrote: it stages exactly the paths the task
   changed (`git status`, minus what was ignored when the task started) that the write rules allow and no
   read-deny rule covers; a nested repository (it would be a gitlink) and a submodule are never staged.
-  Whatever the agent staged itself is unstaged first. What is not committed is named, with why.
+  Whatever the agent staged itself is unstaged first. What is not committed is named, with why. The
+  judgement is the task boundary's (`_change_set.judge_change`): the boundary has refused the task already
+  when a change of its own is refused; one the commit finds that the boundary did not (written since)
+  commits and pushes nothing (`refused` in the record, and the task ends BlockedPolicy).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pygit2
 
+from ._change_set import Change, judge_change_set, refusal_reason
 from ._config import CommitConfig
-from ._policy import Policy, Verdict
+from ._policy import Policy
+from ._preconditions import repository_dirs
 from ._transport import pin_git
 
 __all__ = ["commit_task"]
@@ -54,14 +59,6 @@ _SAFE = (
 #: What a filter driver's settings are overridden with (`--config-env` reads the value from these).
 _EMPTY, _FALSE = "LOOP_HARNESS_GIT_EMPTY", "LOOP_HARNESS_GIT_FALSE"
 MAX_NAMED = 100  # paths named in the record as not committed (the rest are counted)
-
-
-@dataclass(frozen=True)
-class Change:
-    """One path `git status` lists as changed against HEAD."""
-
-    path: str  # relative to the worktree's root, as git spells it (a directory ends in "/")
-    gitlink: bool = False  # a submodule entry, in HEAD or in the worktree
 
 
 async def commit_task(
@@ -89,14 +86,13 @@ async def commit_task(
     code, output = await git.run("status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignore-submodules=all")
     if code != 0:
         return {"committed": False, "error": _tail(output)}
-    staged: list[str] = []
-    refused: list[dict[str, str]] = []
-    for change in parse_status(output):
-        why = why_not(change, policy, ignored, git.top)
-        if why is None:
-            staged.append(change.path)
-        else:
-            refused.append({"path": change.path, "why": why})
+    judged = judge_change_set(parse_status(output), policy, ignored, git.top)  # the boundary's judgement
+    refusal = refusal_reason(judged)
+    if refusal is not None:  # a refused change of the task's the boundary did not see (written since): none of it
+        return {"committed": False, "refused": refusal["paths"], "refused_total": refusal["total"],
+                "error": "the task changed paths the policy refuses: nothing committed or pushed"}  # fmt: skip
+    staged = [j.path for j in judged if j.why is None]
+    refused = [{"path": j.path, "why": j.why} for j in judged if j.why is not None]
     record: dict[str, Any] = {"committed": False}
     if refused:
         record["not_committed"] = refused[:MAX_NAMED]
@@ -122,6 +118,10 @@ async def _commit(
     code, output = await git.run("add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=listing)
     if code != 0:
         return _tail(output)
+    strays = await _staged_beyond(git, paths)
+    if strays:  # the tree changed between the judgement and `add` (a process the agent left running): none of it
+        await git.run("read-tree", "-m", "HEAD")
+        return f"staged other than what was judged (the worktree changed meanwhile): {', '.join(strays[:10])}"
     code, output = await git.run("diff", "--cached", "--quiet", "--no-ext-diff", "--no-textconv")
     if code == 0:  # staged as HEAD has it (the file changed back meanwhile): nothing to commit
         return None
@@ -136,6 +136,42 @@ async def _commit(
     code, sha = await git.run("rev-parse", "HEAD")
     record.update(committed=True, sha=sha.decode().strip(), message=message)
     return None
+
+
+async def _staged_beyond(git: _Git, judged: list[str]) -> list[str]:
+    """What the index now holds against HEAD beyond the judged paths, or as a gitlink. `add` reads the tree
+    again: a file swapped for a directory (its files a pathspec then takes in) or a repository since the
+    judgement would otherwise land unjudged. After this, what is committed is the index, which the agent
+    cannot write (`.git` is read-only inside)."""
+    code, output = await git.run("diff", "--cached", "--raw", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
+                                 "--ignore-submodules=none", "HEAD")  # fmt: skip
+    if code != 0:
+        return [f"(the index could not be read: {_tail(output)})"]
+    allowed = set(judged)
+    strays: list[str] = []
+    fields = output.split(b"\0")
+    for header, name in zip(fields[0::2], fields[1::2], strict=False):
+        if not header.startswith(b":"):
+            continue
+        path, new_mode = os.fsdecode(name), header[1:].split(b" ")[1]
+        if path not in allowed or new_mode == b"160000":
+            strays.append(path)
+    return strays
+
+
+def planted_links(git_dirs: Iterable[Path]) -> list[str]:
+    """Symbolic links where git writes: the git dir's own files (COMMIT_EDITMSG, ORIG_HEAD, the index),
+    everything under `logs/` and `refs/`, `objects/`'s directories and `objects/pack/`. With `git_writable`
+    the agent can plant one, and git would write through it, as the kernel's uid, wherever it leads."""
+    found: list[str] = []
+    for git_dir in git_dirs:
+        for place in (git_dir, git_dir / "objects", git_dir / "objects" / "pack"):
+            with contextlib.suppress(OSError), os.scandir(place) as entries:
+                found += [e.path for e in entries if e.is_symlink() and e.name not in ("hooks", "info")]
+        for tree in ("logs", "refs"):
+            for here, dirs, files in os.walk(git_dir / tree):
+                found += [os.path.join(here, n) for n in (*dirs, *files) if os.path.islink(os.path.join(here, n))]
+    return sorted(found)
 
 
 def parse_status(output: bytes) -> Iterator[Change]:
@@ -154,48 +190,6 @@ def parse_status(output: bytes) -> Iterator[Change]:
                 yield Change(os.fsdecode(next(fields, b"")), gitlink)
         elif kind == b"? ":
             yield Change(os.fsdecode(entry[2:]))
-
-
-def why_not(change: Change, policy: Policy, ignored: AbstractSet[str], top: str) -> str | None:
-    """Why a changed path is not committed, or None: it is."""
-    if change.path.endswith("/"):  # git lists a directory whole only when it holds a repository
-        return "a repository of its own: committed, it would be a gitlink (a submodule entry)"
-    if change.gitlink:
-        return "a submodule (gitlink): the kernel's commit never changes one"
-    where = os.path.join(top, change.path)  # the policy's workspace may be below the worktree's root
-    read = policy.judge_read(where)
-    if not read.allowed and read.reason.get("kind") == "denied":  # a read rule's deny, not a missing allow
-        return _refusal("read", read)
-    write = policy.judge_write(where)
-    if not write.allowed:
-        return _refusal("write", write)
-    if was_ignored(change.path, ignored):
-        return "ignored when the task started (an ignore file written since un-ignores it)"
-    return None
-
-
-def was_ignored(path: str, ignored: AbstractSet[str]) -> bool:
-    """`path` or a directory above it is in `ignored` (git lists an ignored directory once, as `dir/`)."""
-    if path in ignored:
-        return True
-    parts = path.split("/")
-    return any("/".join(parts[:i]) + "/" in ignored for i in range(1, len(parts)))
-
-
-def _refusal(kind: str, verdict: Verdict) -> str:
-    reason = verdict.reason
-    what = reason.get("kind")
-    if what == "denied":
-        return f"{kind}-denied by rule {reason.get('rule_id')}"
-    if what == "unmatched":
-        return f"no {kind} rule allows it"
-    if what == "protected_path":
-        return "a protected path"
-    if what == "outside_worktree":
-        return f"it resolves outside the workspace, to {reason.get('resolved')}"
-    if what == "hard_link":
-        return "a file with another hard link (its other name may be outside, protected or denied)"
-    return f"refused by the policy ({what})"
 
 
 class _Git:
@@ -227,6 +221,10 @@ class _Git:
             top = _worktree_root(git_dir, linked=linked)
             if top is None:
                 return f"no worktree found for the git dir {git_dir}"
+            links = planted_links(repository_dirs(git_dir))
+            if links:  # git writes through them (COMMIT_EDITMSG, a reflog, an object directory): anywhere
+                shown = ", ".join(os.path.relpath(link, top) for link in links[:10])
+                return f"a symbolic link where git writes in the git dir ({shown}): the kernel runs no git there"
             git = cls(top, (f"--git-dir={git_dir}", f"--work-tree={top}"))
         git._args += await git._filter_overrides()
         return git

@@ -34,6 +34,15 @@ from pygit2.enums import FileMode
 
 from ._agent_link import AgentLink, Interrupted
 from ._budget import CONVERGE_PROMPT, Account, NewSegment, StopCode
+from ._change_set import (
+    HEAD_NOW,
+    ChangeSetUnreadable,
+    change_refusal,
+    judge_change_set,
+    read_change_set,
+    refusal_reason,
+    unreadable_reason,
+)
 from ._changes import ChangeMeter
 from ._client import InteractiveHandler, KernelClient
 from ._commit import commit_task
@@ -544,8 +553,10 @@ class Run:
             self.teardown.add("completed", close_store)
         skipped: set[str] = set()
         last: TaskResult | None = None
+        closing_read: GitState | None = None  # the read taken while the last task's session closed
         while True:
-            early = self._read_while_closing(agent) if last is not None else None
+            early = closing_read or (self._read_while_closing(agent) if last is not None else None)
+            closing_read = None
             # The last session/close answered before anything is judged at the boundary: a call the agent made
             # meanwhile was refused, and what it wrote is in the git read (read again if the early one missed it).
             await agent.link.session_closed()
@@ -579,6 +590,11 @@ class Run:
             if task is None:
                 if only is not None:
                     return blocked("task_assigned", f"task {only!r} is not in the queue", task=only)
+                # never Idle with work left behind: the last task's changes stop the run as they stop a next task
+                if last is not None and state is not None and check_git(state, left_by_task=last.id) is not None:
+                    stop = self._check_git(left_by_task=last.id, state=state, while_closing=while_closing)
+                    assert stop is not None
+                    return stop
                 if store is not None:
                     store.clear()  # the queue is drained: the next run of it starts afresh
                 idle = {"kind": "queue_empty", "completed": len(completed)}
@@ -593,8 +609,14 @@ class Run:
             tasks.append(result)
             if result.terminal is not Terminal.COMPLETED:
                 return Stop(result.terminal, result.reason)
+            # the boundary's git read, taken while the agent closes the session (kept at the boundary below only if
+            # nothing changed since); what the agent wrote as it closed the session is judged too
+            closing_read = self._read_while_closing(agent)
+            await agent.link.session_closed()
+            refusal = self._judge_changes(result)  # what lands is what the rules allow
+            if refusal is not None:
+                return refusal
             if self.config.commit is not None:  # the kernel owns git: commit (and push) what the task did
-                await agent.link.session_closed()
                 # what the policy allows of the task's changes; what was ignored when it started is not one
                 start_ignored = self._meter.ignored_at_start if self._meter is not None else frozenset()
                 committed = await commit_task(
@@ -602,6 +624,9 @@ class Run:
                     policy=self.policy, ignored=start_ignored, git_dir=self.git_dir,
                 )  # fmt: skip
                 self.transcript.record(RecordType.COMMIT, task=task.id, **committed)
+                if committed.get("refused"):  # a refused change written after the boundary judged: none of it
+                    late = change_refusal(committed["refused"], committed["refused_total"])
+                    return self._refuse_changes(result, late)
             completed.add(task.id)  # skipped from now on, even if the host cannot mark it done
             if store is not None:
                 try:
@@ -615,8 +640,39 @@ class Run:
                 await agent.link.session_closed()
                 state = self._git_state()
                 result.left_changes = list(state.changes) if state else []
-                return Stop(Terminal.COMPLETED, result.reason)
+                # never Completed with work left behind: the changes stop it as they would stop a next task
+                return self._check_git(left_by_task=task.id, state=state) or Stop(Terminal.COMPLETED, result.reason)
             last = result
+
+    def _judge_changes(self, result: TaskResult) -> Stop | None:
+        """The task's whole change set judged by the policy, as write requests are (`_change_set`): None when
+        every change is allowed, else the task ends BlockedPolicy naming the refused paths. A change set that
+        cannot be read (no change meter, its start not read, git unreadable) fails closed the same way."""
+        meter = self._meter
+        try:
+            if meter is None or not meter.started:
+                raise ChangeSetUnreadable("where the task started from was not read")
+            # the agent's own commits are its change where it could make one (`.git` writable, or no sandbox); under
+            # the sandbox HEAD moves only by someone else (the boundary's git checks see that)
+            commits = self.config.sandbox.mode == "off" or self.config.sandbox.git_writable
+            changes = read_change_set(meter.repo, start_head=meter.start_head if commits else HEAD_NOW,
+                                      ignored_at_start=meter.ignored_at_start)  # fmt: skip
+            top = meter.repo.workdir
+            assert top is not None  # read_change_set raised otherwise
+            reason = refusal_reason(judge_change_set(changes, self.policy, meter.ignored_at_start, top))
+        except (ChangeSetUnreadable, pygit2.GitError, OSError, KeyError, ValueError) as exc:
+            reason = unreadable_reason(f"{type(exc).__name__}: {exc}")
+        return None if reason is None else self._refuse_changes(result, reason)
+
+    def _refuse_changes(self, result: TaskResult, reason: dict[str, Any]) -> Stop:
+        """The task ends BlockedPolicy for its changes (its `task_end` said how its session ended): one `policy`
+        record per refused path named, and the task's result says it. The changes stay in the tree."""
+        for entry in reason["paths"]:
+            self.transcript.record(RecordType.POLICY, source="change", decision="refuse",
+                                   rule_ids=entry.get("rule_ids", []), reason={"kind": "change", "why": entry["why"]},
+                                   outcome="refused", path=entry["path"], task=result.id)  # fmt: skip
+        result.terminal, result.reason = Terminal.BLOCKED_POLICY, reason
+        return Stop(Terminal.BLOCKED_POLICY, reason)
 
     async def _run_task(self, agent: Agent, task: Task) -> TaskResult:
         self.position = {"task": task.id, "iteration": 0}

@@ -3,14 +3,17 @@ turn (in wire order, never awaiting), the run asks it at each turn boundary. Whe
 it resolves `interrupt`; the agent link then cancels the turn (session/cancel, the grace period) and the run
 ends with the stop, or starts a new segment.
 
-Changes are measured from git at the tool-call boundaries after which something may have changed, and
-at the end of every turn, whatever the agent announced (an agent that changes files without a word is
-measured too). A boundary is the next tool call announced after a call of a kind that may write
-(anything but read, search, think and fetch), or the next write or command the kernel is asked for
-after such a call ended. Measuring there rather than as the call ends stops the same work (the kernel
-refuses the next effect either way) and counts what was written in between; a one-call turn is measured
-once, not twice. A measure the worktree's inotify queue answers (no event since the last) costs one read
-of it; one that reads git and finds it as it was, about 0.1 ms (see _changes).
+Changes are measured from git at the tool-call boundaries after which something may have changed, and at the
+end of every turn, whatever the agent announced (an agent that changes files without a word is measured too).
+A boundary is the next tool call announced after a call of a kind that may write (anything but read, search,
+think and fetch), or the next permission, write or command the kernel is asked for after such a call ended, or
+after the kernel itself ran a command or wrote what may break a change cap (its writes since the last measure,
+bounded from above: a file each, and the old file's size plus the new content's length in lines, over what is
+left): the request after a write that broke a cap is the one refused (issue 30), and writes far below the caps
+cost no measure. Measuring there rather than as the call ends stops the same work (the kernel refuses the next
+effect either way) and counts what was written in between; a one-call turn is measured once, not twice. A
+measure the worktree's inotify queue answers (no event since the last) costs one read of it; one that reads
+git and finds it as it was, about 0.1 ms (see _changes).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class TaskWatch:
         self.said = False  # the agent sent message text in this turn
         self._dirty = False  # something may have changed since the last measure
         self._ended = False  # ... and a call that may have written has ended since
+        self._acted_files = self._acted_lines = 0  # ... the kernel's own writes since, at most (a bound)
+        self._acted_unbounded = False  # ... the kernel ran a command since: what it changed has no bound
         self._unmeasured: str | None = None  # why git could not measure (said once)
 
     # --- from the client (sync, wire order) ------------------------------------------------------
@@ -110,13 +115,31 @@ class TaskWatch:
         return new
 
     def before_effect(self) -> None:
-        """The kernel is asked to write or run something: a boundary, if a call that may write has ended."""
-        if self._ended:
+        """The kernel is asked to serve a request: a boundary, if a call that may write has ended or the kernel
+        acted for the agent since the last measure."""
+        if self._ended or self._acted_may_trip():
+            still_open = not self._ended  # the kernel acted inside a call that may go on writing: measure it again
             self._trip(self.measure())
+            self._dirty = still_open
 
-    def kernel_acted(self) -> None:
-        """The kernel wrote a file or started a command for the agent."""
+    def kernel_acted(self, lines: int | None = None) -> None:
+        """The kernel wrote a file that may charge at most `lines` lines, or (None) started a command."""
         self._dirty = True
+        if lines is None:
+            self._acted_unbounded = True
+        else:
+            self._acted_files += 1
+            self._acted_lines += lines
+
+    def _acted_may_trip(self) -> bool:
+        """What the kernel did since the last measure may break a change cap."""
+        if self._acted_unbounded:
+            return True
+        if not self._acted_files:
+            return False
+        caps, counts = self.account.autonomy.budget.changes, self.account.counts
+        files, lines = counts.files + self._acted_files, counts.lines + self._acted_lines
+        return files > caps.files_total or lines > caps.lines_total
 
     # --- from the run ----------------------------------------------------------------------------
 
@@ -135,7 +158,8 @@ class TaskWatch:
     def measure(self) -> Stop | None:
         if self.meter is None:
             return None
-        self._dirty = self._ended = False
+        self._dirty = self._ended = self._acted_unbounded = False
+        self._acted_files = self._acted_lines = 0
         try:
             changes = self.meter.measure()
         except Exception as exc:  # a broken repository: say so once, the other budgets still hold

@@ -55,10 +55,13 @@ def scenario(by_task: dict[str | None, list[dict[str, Any]]], **top: Any) -> dic
 
 def conformant(**top: Any) -> dict[str, Any]:
     """A scenario that passes `loop-harness check`: asked to create out/hello.txt it asks, then writes it
-    through the client (and stops if refused); to anything else it answers one sentence."""
+    through the client (and stops if refused); asked to create out/1.txt and more (the cancel-running probe) it
+    works for 10 s, a tool call every 0.1 s, answering a cancel at once; to anything else it answers one
+    sentence."""
     return {
         "tasks": [
             {"prompt_contains": "out/hello.txt", "turns": [write_turn("out/hello.txt", "hello\n")]},
+            {"prompt_contains": "out/1.txt", "turns": [turn({"tool_calls": {"count": 100, "interval": 0.1}})]},
             {"turns": [turn({"message": "ready"})]},
         ],
         **top,

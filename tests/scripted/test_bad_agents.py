@@ -161,7 +161,7 @@ def test_a_cancel_answered_with_the_wrong_stop_reason(scripted_scenario, harness
 def test_a_stderr_flood_does_not_deadlock(scripted_scenario, harness_config, run_loop):
     flood = write_turn("src/a.txt", "a\n", commit="T1")
     flood["steps"].insert(0, {"stderr_flood": 4 << 20})
-    result = run_one(scripted_scenario, harness_config, run_loop, flood)
+    result = run_one(scripted_scenario, harness_config, run_loop, flood, commit={"message": "{id}"})
 
     assert result.terminal is Terminal.IDLE
     exit_record = next(r for r in read_transcript(result.transcript) if r["type"] == "agent_exit")
@@ -180,7 +180,7 @@ def test_the_stderr_tail_of_a_crash_after_a_flood_is_bounded(scripted_scenario, 
 def test_a_20_mb_line_is_read_and_its_record_bounded(scripted_scenario, harness_config, run_loop):
     big = write_turn("src/a.txt", "a\n", commit="T1")
     big["steps"].insert(0, {"big_message": 20_000_000})
-    result = run_one(scripted_scenario, harness_config, run_loop, big)
+    result = run_one(scripted_scenario, harness_config, run_loop, big, commit={"message": "{id}"})
 
     assert result.terminal is Terminal.IDLE
     assert result.tasks[0].terminal is Terminal.COMPLETED

@@ -79,7 +79,7 @@ def claude_run(tmp_path: Path, script: Path, mode: str) -> tuple[dict, list[dict
                                                 "src/keep.txt": "kept\n"})  # fmt: skip
     with FakeMessages([[bash(COMMAND)], [text("all done")]]) as api:
         home = claude_home(tmp_path)
-        config = loop_config(ws, tmp_path / "unused.yaml", rules=RULES, sandbox={"mode": mode},
+        config = loop_config(ws, tmp_path / "unused.yaml", rules=RULES, sandbox={"mode": mode}, commit={},
                              transcripts=str(tmp_path / "transcripts"))  # fmt: skip
         config["agent"] = {"command": [shutil.which("node") or "node", str(script)],
                            "supports_permission_requests": True,

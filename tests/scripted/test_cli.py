@@ -73,7 +73,8 @@ def test_single_task_and_single_prompt_runs(scripted_scenario, harness_config, t
     path = scripted_scenario(
         scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")], None: [turn({"message": "hi"})]})
     )
-    config = harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}])
+    # the kernel commits: nothing left behind (issue 30)
+    config = harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], commit={"message": "{id}"})
 
     task = cli("run", config, "--json", "--task", "T1", "--transcript", tmp_path / "one.jsonl")
     assert task.returncode == 0, task.stderr
@@ -86,7 +87,8 @@ def test_single_task_and_single_prompt_runs(scripted_scenario, harness_config, t
 
 
 def test_human_output_without_json(scripted_scenario, harness_config):
-    config = harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]})))
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
+    config = harness_config(path, commit={"message": "{id}"})  # the kernel commits: nothing left behind (issue 30)
     done = cli("run", config)
     assert done.returncode == 0
     assert done.stdout.startswith("Idle: queue_empty")
@@ -187,7 +189,8 @@ def test_a_run_whose_kernel_was_killed_ends_failed_restarted(scripted_scenario, 
     assert read_transcript(first)[-1]["type"] != "terminal"
     assert psutil.Process(child).status() != psutil.STATUS_ZOMBIE
 
-    quick = harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]})))
+    quick = harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]})),
+                           commit={"message": "{id}"})  # fmt: skip
     done = cli("run", quick, "--json")
 
     assert done.returncode == 0, done.stderr
@@ -206,7 +209,7 @@ def test_a_run_whose_kernel_was_killed_ends_failed_restarted(scripted_scenario, 
 def test_a_yaml_integer_id_is_its_text_and_other_numbers_must_be_quoted(scripted_scenario, harness_config):
     """`id: 7` is what people write; `3.10` (read as 3.1) or `022` (read as 18) would be rewritten."""
     path = scripted_scenario(scenario({"7": [write_turn("src/seven.txt", "7\n", commit="7")]}))
-    config = harness_config(path, tasks=[{"id": 7, "title": "Task seven"}])
+    config = harness_config(path, tasks=[{"id": 7, "title": "Task seven"}], commit={"message": "{id}"})
 
     done = cli("run", config, "--json")
     assert done.returncode == 0, done.stderr
@@ -227,10 +230,12 @@ def test_the_version_is_the_installed_distributions():
 
 
 def test_a_workspace_written_with_a_tilde_is_under_home(scripted_scenario, harness_config, tmp_path):
-    config = harness_config(scripted_scenario(scenario({"T1": [write_turn("src/x.py", "x = 1\n")]})))
+    config = harness_config(
+        scripted_scenario(scenario({"T1": [write_turn("src/x.py", "x = 1\n")]})), commit={"message": "{id}"}
+    )  # the kernel commits: nothing left behind (issue 30)
     data = yaml.safe_load(config.read_text())
-    workspace = Path(data["workspace"])
-    data["workspace"] = f"~/{workspace.name}"  # as a user writes it, HOME being the workspace's parent
+    workspace = Path(data["workspace"]["path"])
+    data["workspace"]["path"] = f"~/{workspace.name}"  # as a user writes it, HOME being the workspace's parent
     tilde = tmp_path / "tilde.yaml"
     tilde.write_text(yaml.safe_dump(data))
 

@@ -85,7 +85,7 @@ def codex_run(tmp_path: Path, binary: Path, mode: str) -> tuple[dict, list[dict]
                                                 "src/keep.txt": "kept\n"})  # fmt: skip
     with FakeResponses([[shell_call(COMMAND)], [message("all done")]]) as api:
         home = codex_home(tmp_path, api.url)
-        config = loop_config(ws, tmp_path / "unused.yaml", rules=RULES, sandbox={"mode": mode},
+        config = loop_config(ws, tmp_path / "unused.yaml", rules=RULES, sandbox={"mode": mode}, commit={},
                              transcripts=str(tmp_path / "transcripts"))  # fmt: skip
         config["agent"] = {"command": [str(binary)], "supports_permission_requests": True,
                            "env": {"HOME": str(home), "CODEX_HOME": str(home / ".codex"),

@@ -51,7 +51,9 @@ def test_a_conformant_agent_passes_every_check(tmp_path):
     assert statuses(report) == dict.fromkeys(CHECKS, "pass")
     assert "ACP conformance" in stderr and "bounded-resources" in stderr  # the table, on stderr
     evidence = {c["check"]: c["evidence"] for c in report["checks"]}
-    assert evidence["cancel-honoured"].endswith("(sent on its permission request)")
+    cancel, running = evidence["cancel-honoured"].split("; ")
+    assert cancel.startswith("cancel: answered cancelled") and cancel.endswith("(sent on its permission request)")
+    assert running.startswith("cancel-running: answered cancelled") and "no request of it pending" in running
     assert evidence["permission-before-effect"] == "asked, then changed out/hello.txt"
 
 
@@ -83,6 +85,14 @@ BREAKS = {
     "cancel-honoured": (
         write_task({"message": "thinking"}, {"sleep": 2}, WRITE, cancel_stop_reason="end_turn"), ("--sessions", "4"),
         "answered the cancelled prompt with 'end_turn', not 'cancelled'",
+    ),
+    # It honours a cancel that answers its permission request, but not one that comes while it works.
+    "cancel-honoured/running": (
+        {"tasks": [{"prompt_contains": "out/hello.txt", "turns": [write_turn("out/hello.txt", "hello\n")]},
+                   {"prompt_contains": "out/1.txt",
+                    "turns": [turn({"tool_calls": {"count": 100, "interval": 0.1}}, ignore_cancel=True)]},
+                   {"turns": [turn({"message": "ready"})]}]},
+        ("--sessions", "4", "--cancel-grace", "1"), "cancel-running: no answer to session/cancel",
     ),
     # Without the sandbox (whose pid namespace ends everything with the agent), a daemon it started lives on.
     "exit-on-eof": (

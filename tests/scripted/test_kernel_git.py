@@ -141,14 +141,13 @@ def test_a_nested_repository_is_never_committed_and_its_filter_never_runs(tmp_pa
     report, records = run(tmp_path, ws, {"T1": first, "T2": second}, mode)
 
     nothing_leaked(tmp_path, filtered, monitored)
-    tree = pushed_tree(ws)
-    assert "src/evil" not in tree and tree["src/ok.txt"] == b"ok\n"
-    t1 = commit_records(records)["T1"]
-    assert t1["committed"] and t1["pushed"]
-    assert "gitlink" in named(t1)["src/evil/"]
-    # the repository the task left stops the queue before task 2 (it is a change no commit took)
-    assert report["terminal"] == "BlockedPrecondition", report
-    assert report["reason"]["check"] == "git_clean_tree" and report["reason"]["left_by_task"] == "T1"
+    # issue 30: a repository the task made is a refused change: the task ends BlockedPolicy, nothing of it is
+    # committed or pushed, and task 2 never runs
+    assert report["terminal"] == "BlockedPolicy" and report["reason"]["source"] == "change", report
+    assert [p["path"] for p in report["reason"]["paths"]] == ["src/evil/"]
+    assert "gitlink" in report["reason"]["paths"][0]["why"]
+    assert set(pushed_tree(ws)) == {"README.md"} and not commit_records(records)
+    assert [t["id"] for t in report["tasks"]] == ["T1"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -169,11 +168,13 @@ def test_the_kernels_git_never_recurses_into_a_submodule_an_earlier_run_left(tmp
     report, records = run(tmp_path, ws, {"T1": edit}, mode)
 
     nothing_leaked(tmp_path, filtered, monitored)
-    assert pushed_tree(ws)["src/ok.txt"] == b"ok\n"
     assert origin(ws, "rev-parse", "main:src/evil").decode().strip() == gitlink
-    assert commit_records(records)["T1"]["committed"]
-    assert report["terminal"] == "Idle", report
-    assert any(change.endswith("src/evil") for change in report["tasks"][0]["left_changes"]), report
+    # issue 30: a change inside a submodule is one the kernel never commits: refused, nothing of the task lands
+    assert report["terminal"] == "BlockedPolicy", report
+    assert [(p["path"], p["why"]) for p in report["reason"]["paths"]] == [
+        ("src/evil", "a submodule (gitlink): the kernel's commit never changes one")
+    ]
+    assert "src/ok.txt" not in pushed_tree(ws) and not commit_records(records)
 
 
 # --- 2: the commit follows the policy, not the agent's ignore files ----------------------------------------
@@ -218,13 +219,14 @@ def test_a_path_no_write_rule_allows_is_not_committed_when_the_agent_wrote_it_it
 
     report, records = run(tmp_path, ws, {"T1": script}, "off")
 
-    assert report["terminal"] == "Idle", report
+    # issue 30: the refused changes end the task BlockedPolicy, and nothing of it (src/ok.txt) is committed
+    assert report["terminal"] == "BlockedPolicy", report
+    assert {p["path"]: p["why"] for p in report["reason"]["paths"]} == dict.fromkeys(
+        ["README.md", "docs/guide.md", "docs/planted.md"], "no write rule allows it"
+    )
     tree = pushed_tree(ws)
-    assert tree["README.md"] == b"A workspace for loop-harness.\n" and tree["docs/guide.md"] == b"guide\n"
-    assert "docs/planted.md" not in tree and tree["src/ok.txt"] == b"ok\n"
-    t1 = commit_records(records)["T1"]
-    assert t1["committed"] and t1["pushed"]
-    assert named(t1) == dict.fromkeys(["README.md", "docs/guide.md", "docs/planted.md"], "no write rule allows it")
+    assert tree == {"README.md": b"A workspace for loop-harness.\n", "docs/guide.md": b"guide\n"}
+    assert not commit_records(records)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -236,9 +238,7 @@ def test_allowed_changes_are_committed_and_pushed_exactly(tmp_path, mode):
     script = (
         "echo new > src/new.txt && echo changed > src/mod.txt && rm src/del.txt && mv src/old.txt src/renamed.txt"
         " && printf x > 'src/sp ace*[x].txt' && printf y > $'src/new\\nline.txt' && printf z > 'src/:(glob)z'"
-        f" && mkdir -p src/evil && cd src/evil && git init -q && echo a > f && git add f"
-        f" && git {IDENTITY} commit -qm nested"
-    )
+    )  # (a nested repository beside them ends the task BlockedPolicy since issue 30: test_change_set.py)
 
     report, records = run(tmp_path, ws, {"T1": script}, mode)
 
@@ -255,7 +255,7 @@ def test_allowed_changes_are_committed_and_pushed_exactly(tmp_path, mode):
     }
     t1 = commit_records(records)["T1"]
     assert (t1["committed"], t1["pushed"], t1["message"]) == (True, True, "T1: Task T1")
-    assert list(named(t1)) == ["src/evil/"]
+    assert "not_committed" not in t1
     assert ws.git("log", "-1", "--format=%H").strip() == t1["sha"]
 
 
@@ -295,14 +295,14 @@ def test_what_the_agent_staged_itself_is_not_committed(tmp_path, sandbox):
 
     report, records = run(tmp_path, ws, {"T1": script}, **sandbox)
 
-    assert report["terminal"] == "Idle", report
     assert SECRET.encode() not in pushed_history(ws)
-    tree = pushed_tree(ws)
-    assert "src/secret/key.txt" not in tree and "src/evil" not in tree and tree["src/ok.txt"] == b"ok\n"
-    t1 = commit_records(records)["T1"]
-    assert t1["committed"] and t1["pushed"]
-    assert list(named(t1)) == ["src/evil/"]
-    assert "src/evil" not in ws.git("ls-files", "--stage", "src/evil")  # unstaged: the agent's index is gone
+    # issue 30: the gitlink it staged is a refused change (the staged secret is not the task's: it was there,
+    # ignored, when the task started): the task ends BlockedPolicy and nothing of it is committed or pushed
+    assert report["terminal"] == "BlockedPolicy", report
+    assert [(p["path"], p["why"]) for p in report["reason"]["paths"]] == [
+        ("src/evil", "a submodule (gitlink): the kernel's commit never changes one")
+    ]
+    assert set(pushed_tree(ws)) == {"README.md", ".gitignore"} and not commit_records(records)
 
 
 @pytest.mark.parametrize("mode", MODES)

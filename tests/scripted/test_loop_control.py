@@ -39,7 +39,8 @@ def test_steering_sent_mid_turn_arrives_at_the_next_turn_boundary(scripted_scena
         if record["type"] == "rpc" and "step one" in str(record["msg"]) and "still" not in str(record["msg"]):
             kernel["k"].steer("use tabs, not spaces")
 
-    result = run_loop(harness_config(path), setup=lambda k: kernel.setdefault("k", k), observer=steer_mid_turn)
+    result = run_loop(harness_config(path, commit={"message": "{id}"}), setup=lambda k: kernel.setdefault("k", k),
+                      observer=steer_mid_turn)  # fmt: skip
 
     assert result.terminal is Terminal.IDLE  # steering never stops the loop
     records = read_transcript(result.transcript)
@@ -98,7 +99,7 @@ def test_queue_order_is_the_declared_one(scripted_scenario, harness_config, run_
 def test_a_rate_limit_that_clears_is_waited_out(scripted_scenario, harness_config, run_loop):
     path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
     queue = {"faults": [{"op": "list_tasks", "signal": "rate_limited", "times": 2, "reset_in_s": 0.05}]}
-    result = run_loop(harness_config(path, queue=queue))
+    result = run_loop(harness_config(path, queue=queue, commit={"message": "{id}"}))
 
     assert result.terminal is Terminal.IDLE
     assert result.tasks[0].terminal is Terminal.COMPLETED
@@ -119,7 +120,7 @@ def test_a_rate_limit_beyond_the_wait_budget_blocks_at_once(scripted_scenario, h
 def test_an_outage_that_clears_is_retried(scripted_scenario, harness_config, run_loop):
     path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")]}))
     queue = {"faults": [{"op": "list_tasks", "signal": "unavailable", "times": 2}], "backoff_base_s": 0.01}
-    result = run_loop(harness_config(path, queue=queue))
+    result = run_loop(harness_config(path, queue=queue, commit={"message": "{id}"}))
     assert result.terminal is Terminal.IDLE
 
 
@@ -180,7 +181,8 @@ def test_steering_from_another_thread(scripted_scenario, harness_config, run_loo
             worker.start()
             worker.join()
 
-    result = run_loop(harness_config(path), setup=lambda k: kernel.setdefault("k", k), observer=steer_from_a_thread)
+    result = run_loop(harness_config(path, commit={"message": "{id}"}), setup=lambda k: kernel.setdefault("k", k),
+                      observer=steer_from_a_thread)  # fmt: skip
 
     prompts = rpc(read_transcript(result.transcript), "out", "session/prompt")
     assert "from the operator's thread" in prompts[1]["msg"]["params"]["prompt"][0]["text"]
@@ -400,11 +402,14 @@ def test_the_agents_own_commit_while_closing_is_seen_where_git_is_writable(scrip
 
 
 def test_a_single_task_run_reports_what_the_agent_wrote_while_closing(scripted_scenario, harness_config, run_loop):
-    """`--task`: the run ends with its task, and the changes it names are read once the close is answered."""
+    """`--task`: the run ends with its task, and the changes it names are read once the close is answered: left
+    behind, they end the run BlockedPrecondition (issue 30), not Completed."""
     first = turn({"read": {"path": "README.md"}}, on_close=STRAY_ON_CLOSE)
     result = run_loop(harness_config(scripted_scenario(scenario({"T1": [first]}))), task_id="T1")
 
-    assert (result.terminal, result.reason["kind"]) == (Terminal.COMPLETED, "end_turn")
+    assert (result.terminal, result.reason["check"]) == (Terminal.BLOCKED_PRECONDITION, "git_clean_tree")
+    assert (result.reason["changes"], result.reason["left_by_task"]) == (["?? src/stray.txt"], "T1")
+    assert result.tasks[0].terminal is Terminal.COMPLETED
     assert result.tasks[0].left_changes == ["?? src/stray.txt"]
 
 

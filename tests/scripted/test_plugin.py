@@ -52,7 +52,8 @@ pytestmark = pytest.mark.LoopAgent
 def test_my_agent(harness_config, harness_workspace, run_loop):
     assert (harness_workspace.path / "src" / "app.py").read_text() == "print('hi')\\n"
     assert (harness_workspace.path / ".gitignore").read_text() == "out/\\n"
-    result = run_loop(harness_config(tasks=[{"id": "T1", "title": "Write a greeting"}]))
+    # the kernel commits what the task did (issue 30: a run never ends Idle with work left behind)
+    result = run_loop(harness_config(tasks=[{"id": "T1", "title": "Write a greeting"}], commit={"message": "{id}"}))
     assert result.terminal is Terminal.IDLE, result.reason
     assert (harness_workspace.path / "src" / "hello.txt").read_text() == "hello\\n"
 """

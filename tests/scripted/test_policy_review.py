@@ -520,7 +520,8 @@ def test_a_careful_task_still_completes(scripted_scenario, harness_config, run_l
         commit_step("T1"),
     )
     rules = [*CAREFUL, _git_all(), {"id": "sh", "kind": "execute", "commands": ["cat"], "decision": "allow"}]
-    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [work]})), rules=rules))
+    config = harness_config(scripted_scenario(scenario({"T1": [work]})), rules=rules, commit={"message": "{id}"})
+    result = run_loop(config)  # the kernel commits: nothing left behind (issue 30)
     assert result.terminal is Terminal.IDLE, result.reason
     assert (harness_workspace.path / "src" / "status.txt").read_text().startswith("On branch main")
 

@@ -154,7 +154,10 @@ def test_changes_left_by_the_last_task_are_reported(scripted_scenario, harness_c
     path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n")]}))
     result = run_loop(harness_config(path))
 
-    assert result.terminal is Terminal.IDLE
+    # issue 30: never Idle with work left behind: the run ends as mid-queue, naming them
+    assert result.terminal is Terminal.BLOCKED_PRECONDITION
+    assert (result.reason["check"], result.reason["left_by_task"]) == ("git_clean_tree", "T1")
+    assert result.reason["changes"] == ["?? src/a.txt"]
     assert result.tasks[0].terminal is Terminal.COMPLETED
     assert result.tasks[0].left_changes == ["?? src/a.txt"]
     assert result.to_json()["tasks"][0]["left_changes"] == ["?? src/a.txt"]
@@ -190,7 +193,8 @@ def test_a_second_loop_on_a_worktree_is_refused_while_the_first_runs(scripted_sc
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
     assert read_transcript(first)[-1]["terminal"] == "Cancelled"
-    assert run_loop(harness_config(one_task)).terminal is Terminal.IDLE  # the lock went with the first run
+    committing = harness_config(one_task, commit={"message": "{id}"})  # nothing left behind (issue 30)
+    assert run_loop(committing).terminal is Terminal.IDLE  # the lock went with the first run
 
 
 def test_a_symlink_planted_as_the_worktree_lock_is_not_followed(one_task, harness_config, run_loop, harness_workspace,

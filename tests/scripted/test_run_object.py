@@ -62,7 +62,8 @@ def test_a_later_registration_replaces_an_earlier_one_of_the_same_step(tmp_path)
 
 
 def test_the_facade_says_where_the_run_is(scripted_scenario, harness_config):
-    kernel = Kernel(load_config(harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n")]})))))
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n")]}))
+    kernel = Kernel(load_config(harness_config(path, commit={"message": "{id}"})))  # nothing left behind (issue 30)
     assert kernel.state is RunState.NEW and kernel.status == {"state": "new", "rule_ids": []}
     assert kernel.transcript_bytes == 0
 

@@ -215,17 +215,19 @@ def outcomes(said: str) -> dict[str, str]:
     return found
 
 
-def hostile(tmp_path: Path, script: str, *, mode: str, rules=RULES, files=None, sandbox=None, tasks=None):
-    """A workspace, a config and a scenario whose agent runs tools/escape.py itself (T1, and T2 if given)."""
+def hostile(tmp_path: Path, script: str, *, mode: str, rules=RULES, files=None, sandbox=None, tasks=None, commit=None):
+    """A workspace, a config and a scenario whose agent runs tools/escape.py itself (T1, and T2 if given); with
+    `commit`, after a tool call (the task then completes and the kernel commits)."""
     workspace = tmp_path / "ws" / "workspace"
     ws = make_workspace(tmp_path / "ws", files={"tools/escape.py": script, "src/secret/key.txt": "TOPSECRET\n",
                                                 "src/dir/locked.txt": "locked\n", "src/a.txt": "a\n",
                                                 **(files or {})})  # fmt: skip
-    step = turn({"run": {"script": "python3 tools/escape.py"}})
+    think = [{"tool_call": {"id": "c1", "title": "Think", "kind": "think"}}] if commit else []
+    step = turn(*think, {"run": {"script": "python3 tools/escape.py"}})
     path = write_yaml(tmp_path / "scenario.yaml", scenario({t["id"]: [step] for t in (tasks or [{"id": "T1"}])}))
     config = write_yaml(tmp_path / "loop.yaml", loop_config(
         ws, path, rules=rules, sandbox={"mode": mode, **(sandbox or {})}, transcripts=str(tmp_path / "transcripts"),
-        **({"tasks": tasks} if tasks else {})))  # fmt: skip
+        commit=commit, **({"tasks": tasks} if tasks else {})))  # fmt: skip
     return workspace, config
 
 
@@ -572,3 +574,106 @@ def test_this_machines_other_addresses_need_a_rule_that_names_them(tmp_path, rul
     assert said == {"this machine": "done" if rule == "literal" else "blocked"}, said
     assert reached is (rule == "literal")
     assert {r["allowed"] for r in egress} == {rule == "literal"}  # the turn runs again unanswered: each alike
+
+
+PLANT_LINKS = """\
+import os
+def plant(link, target):
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(target, link)
+for link, target in {links!r}.items():
+    try:
+        plant(link, target)
+        print("plant " + link + ": done", flush=True)
+    except OSError as exc:
+        print("plant " + link + ": blocked (" + str(exc) + ")", flush=True)
+with open("src/new.txt", "w") as out:
+    out.write("hello\\n")
+"""
+
+
+def test_the_kernels_git_never_writes_through_a_link_the_agent_planted_in_a_writable_git(tmp_path):
+    """With `git_writable`, `.git` is the agent's to write but for config, hooks and info: git follows a
+    symbolic link at COMMIT_EDITMSG, the reflogs or an object fan-out directory, so the kernel's own commit
+    (as root here) would write wherever the agent pointed it."""
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    (victims / "objects").mkdir()
+    for name in ("editmsg", "headlog", "branchlog"):
+        (victims / name).write_text("ORIGINAL\n")
+    blob = subprocess.run(["git", "hash-object", "--stdin"], input="hello\n", capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    links = {".git/COMMIT_EDITMSG": str(victims / "editmsg"), ".git/logs/HEAD": str(victims / "headlog"),
+             ".git/logs/refs/heads/main": str(victims / "branchlog"),
+             f".git/objects/{blob[:2]}": str(victims / "objects")}  # fmt: skip
+    script = PLANT_LINKS.format(links=links)
+    _, config = hostile(tmp_path, script, mode="workspace-write", sandbox={"git_writable": True},
+                        commit={"push": True})  # fmt: skip
+    report = report_of(run_cli(config, user=False))
+    said = outcomes(agent_said(report))
+    commit = [r for r in read_transcript(Path(report["transcript"])) if r["type"] == "commit"]
+
+    assert set(said.values()) == {"done"} and len(said) == 4, said  # the OS let the agent plant them
+    assert [(victims / n).read_text() for n in ("editmsg", "headlog", "branchlog")] == ["ORIGINAL\n"] * 3
+    assert list((victims / "objects").iterdir()) == []
+    assert commit and commit[0]["committed"] is False and "symbolic link" in commit[0]["error"], commit
+    assert ".git/COMMIT_EDITMSG" in commit[0]["error"]
+    assert report["terminal"] != "Idle" or not commit[0]["committed"]
+
+
+SWAP_DURING_COMMIT = """\
+import ctypes, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+home = os.environ["TMPDIR"]
+git = ["git", "-c", "user.name=a", "-c", "user.email=a@b"]
+subprocess.run(["git", "init", "-q", home + "/repo"], check=True)
+subprocess.run([*git, "-C", home + "/repo", "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+for name in ("src/x", "src/y"):
+    with open(name, "w") as out:
+        out.write("innocent\\n")
+if os.fork() == 0:  # a process left running after the turn: it outlives the task, as a daemon would
+    os.setsid()
+    if os.fork() == 0:
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        watch = libc.inotify_init()
+        libc.inotify_add_watch(watch, b".git", 0x100)  # IN_CREATE
+        seen = 0
+        while seen < {nth}:  # the index lock: taken twice before the kernel's `add` takes it (third)
+            seen += os.read(watch, 65536).count(b"index.lock")
+        os.unlink("src/x")
+        os.mkdir("src/x")
+        with open("src/x/key.pem", "w") as out:
+            out.write("DENIED\\n")
+        os.unlink("src/y")
+        os.mkdir("src/y")
+        with open("src/y/.git", "w") as out:
+            out.write("gitdir: " + home + "/repo/.git\\n")
+        os._exit(0)
+    os._exit(0)
+print("daemon: done", flush=True)
+"""
+
+
+def test_what_the_kernel_commits_is_what_it_judged_even_if_the_tree_changes_meanwhile(tmp_path):
+    """A process the agent left running swaps a judged file for a directory holding a denied file, and another
+    for a repository, as the kernel's `git add` starts: the add would take them in. A race: without the check
+    of what was staged, about one run in two here pushed the denied file and a gitlink (the assertions hold
+    either way with it; the swap itself is asserted, so a test that no longer races says so)."""
+    rules = [*RULES, {"id": "no-pem", "kind": "write", "paths": ["src/**/*.pem"], "decision": "deny"}]
+    workspace, config = hostile(tmp_path, SWAP_DURING_COMMIT.replace("{nth}", "3"), mode="workspace-write",
+                                rules=rules, commit={"push": True})  # fmt: skip
+    report = report_of(run_cli(config, user=False))
+    origin = workspace.parent / "origin.git"
+    listing = subprocess.run(["git", "--git-dir", str(origin), "ls-tree", "-r", "main"], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+    commit = [r for r in read_transcript(Path(report["transcript"])) if r["type"] == "commit"]
+
+    assert (workspace / "src/x").is_dir(), "the swap never happened: the test proves nothing"
+    assert "key.pem" not in listing and "160000" not in listing, listing
+    assert report["terminal"] != "Idle", report  # what was left (or refused) stops the run
+    # caught at `add` (what was staged is checked), by the commit's own judgement before it, or by `add` itself
+    assert commit and (commit[0].get("committed") or commit[0].get("error")), commit

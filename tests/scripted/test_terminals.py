@@ -47,7 +47,7 @@ def test_completed_for_a_single_task_run(scripted_scenario, harness_config, run_
             }
         )
     )
-    result = run_loop(harness_config(path, tasks=TWO_TASKS), task_id="T2")
+    result = run_loop(harness_config(path, tasks=TWO_TASKS, commit={"message": "{id}"}), task_id="T2")
 
     assert result.terminal is Terminal.COMPLETED
     assert result.reason == {"kind": "end_turn", "tool_calls": 1, "client_calls": 3}

@@ -103,7 +103,8 @@ def test_a_stop_with_a_reason_its_terminal_does_not_carry_is_a_bug():
 
 
 def test_records_picks_a_type_and_matching_fields(scripted_scenario, harness_config, run_loop, harness_workspace):
-    result = run_loop(harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n")]}))))
+    path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n")]}))
+    result = run_loop(harness_config(path, commit={"message": "{id}"}))  # nothing left behind (issue 30)
 
     writes = testing.records(result, "policy", source="fs/write_text_file")
     target = str(harness_workspace.path / "src" / "a.txt")
