@@ -251,12 +251,12 @@ def knock(path: str, request: bytes) -> bytes:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(10)
         conn.connect(path)
-        conn.sendall(request)
         chunks = []
         try:
+            conn.sendall(request)
             while chunk := conn.recv(65536):
                 chunks.append(chunk)
-        except ConnectionResetError:  # closed with our request unread
+        except (BrokenPipeError, ConnectionResetError):  # closed before (or with) our request unread
             pass
         return b"".join(chunks)
 
