@@ -99,6 +99,7 @@ class Counts:
     tool_only_turns: int = 0
     consecutive_errors: int = 0
     failed_mutations: int = 0
+    failed_tool_calls: int = 0  # every call that ended `failed` in the task (the task record says so)
 
 
 def convergence_window(total: int) -> int:
@@ -219,6 +220,7 @@ class Account:
         del self._calls[call_id]
         stall, counts = self.autonomy.stall, self.counts
         if status == "failed":
+            counts.failed_tool_calls += 1
             counts.consecutive_errors += 1
             if call.get("kind") in MUTATING_KINDS:
                 counts.failed_mutations += 1

@@ -23,6 +23,9 @@ class TaskResult:
     left_changes: list[str] = field(default_factory=list)
     tokens: dict[str, Any] | None = None  # the agent's token usage, when it reports it
     seconds: float = 0.0  # wall time of the task
+    # tool calls the agent reported `failed`: a Completed task whose every call failed is the agent's business,
+    # but its record says so
+    failed_tool_calls: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -38,6 +41,8 @@ class TaskResult:
             data["left_changes"] = self.left_changes
         if self.tokens:
             data["tokens"] = self.tokens
+        if self.failed_tool_calls:
+            data["failed_tool_calls"] = self.failed_tool_calls
         data["seconds"] = round(self.seconds, 3)
         return data
 

@@ -703,6 +703,7 @@ class Run:
             iterations=iterations,
             tokens=self._tokens(agent),
             seconds=time.monotonic() - started,
+            failed_tool_calls=self.last_counts.get("failed_tool_calls", 0),
         )
         # the budget counts go on the record only: a run keeps one TaskResult per task in memory
         self.transcript.record(RecordType.TASK_END, **result.to_json(), budget=self.last_counts)
@@ -831,6 +832,7 @@ class Run:
             "tool_calls": [counts.segment_tool_calls, budget.tool_calls.per_segment],
             "files": counts.files,
             "lines": counts.lines,
+            "failed_tool_calls": counts.failed_tool_calls,
         }
 
     def _tokens(self, agent: Agent) -> dict[str, Any] | None:

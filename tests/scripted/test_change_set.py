@@ -346,3 +346,21 @@ def test_ignored_output_is_not_work_left_behind(tmp_path):
     report, _, code = run(tmp_path, ws, {"T1": ["mkdir -p out && echo x > out/x.txt"]}, rules=rules, commit=False)
 
     assert (report["terminal"], code) == ("Idle", 0), report
+
+
+def test_a_completed_task_whose_tool_calls_failed_says_how_many(tmp_path):
+    """Issue 30, item 4: a task whose every tool call failed is still the agent's business (it completes),
+    but its record says how many failed: the task_end record, the terminal's task list and --json."""
+    ws = make_workspace(tmp_path / "ws")
+    calls = {"tool_calls": {"count": 3, "status": "failed", "prefix": "broken"}}
+    path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(calls)]}))
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, transcripts=str(tmp_path / "t")))
+    done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    records = read_transcript(Path(report["transcript"]))
+    task_end = next(r for r in records if r["type"] == "task_end")
+
+    assert (report["terminal"], report["tasks"][0]["terminal"]) == ("Idle", "Completed"), report
+    assert report["tasks"][0]["failed_tool_calls"] == 3
+    assert task_end["failed_tool_calls"] == 3 and task_end["budget"]["failed_tool_calls"] == 3
+    assert records[-1]["tasks"][0]["failed_tool_calls"] == 3
