@@ -35,6 +35,7 @@ __all__ = [
     "WRITE_OUT",
     "WRITE_SRC",
     "Workspace",
+    "agent_messages",
     "agent_section",
     "assert_transcript_complete",
     "assert_transcript_valid",
@@ -233,6 +234,15 @@ def assert_transcript_valid(path: Path) -> list[dict[str, Any]]:
         errors = sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
         assert not errors, f"{path}: record {record.get('seq')} ({record.get('type')}): {errors[0].message}"
     return records
+
+
+def agent_messages(transcript: Path | Sequence[Mapping[str, Any]]) -> list[str]:
+    """The text of every `agent_message_chunk` the agent sent, in order (a transcript's path, or its records):
+    what a hostile test agent printed of its attempts."""
+    found = read_transcript(transcript) if isinstance(transcript, Path) else transcript
+    return [r["msg"]["params"]["update"]["content"]["text"] for r in found
+            if r["type"] == "rpc" and r["msg"].get("method") == "session/update"
+            and r["msg"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk"]  # fmt: skip
 
 
 def records(result: RunResult | Path, type: RecordType | str, **match: Any) -> list[dict[str, Any]]:

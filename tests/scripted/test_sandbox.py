@@ -25,7 +25,7 @@ import pytest
 
 from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
-from harness.testing import DEFAULT_RULES, READ_ALL, WRITE_SRC, loop_config, make_workspace, write_yaml
+from harness.testing import DEFAULT_RULES, READ_ALL, WRITE_SRC, agent_messages, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 from tests.scripted.loopback import LoopbackServer
 
@@ -119,12 +119,6 @@ def hostile_run(tmp_path: Path, mode: str, via: str, port: int) -> tuple[subproc
     report = json.loads(done.stdout.strip().splitlines()[-1])
     said = "\n".join(agent_messages(Path(report["transcript"])))
     return done, said, workspace
-
-
-def agent_messages(transcript: Path) -> list[str]:
-    return [r["msg"]["params"]["update"]["content"]["text"] for r in read_transcript(transcript)
-            if r["type"] == "rpc" and r["msg"].get("method") == "session/update"
-            and r["msg"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk"]  # fmt: skip
 
 
 def outcome(said: str, what: str) -> str:

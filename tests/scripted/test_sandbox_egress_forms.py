@@ -29,7 +29,7 @@ from harness._config import RuleConfig
 from harness._egress import _descends_from
 from harness._policy import Policy, host_address
 from harness.pytest_plugin import LOOP_SCRIPTED
-from harness.testing import READ_ALL, WRITE_SRC, loop_config, make_workspace, write_yaml
+from harness.testing import READ_ALL, WRITE_SRC, agent_messages, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 
 pytestmark = LOOP_SCRIPTED
@@ -160,9 +160,7 @@ def once(step: dict) -> list[dict]:
 
 
 def agent_said(records: list[dict]) -> str:
-    return "\n".join(r["msg"]["params"]["update"]["content"]["text"] for r in records
-                     if r["type"] == "rpc" and r["msg"].get("method") == "session/update"
-                     and r["msg"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk")  # fmt: skip
+    return "\n".join(agent_messages(records))
 
 
 def outcomes(said: str) -> dict[str, str]:

@@ -34,7 +34,7 @@ import pytest
 
 from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
-from harness.testing import READ_ALL, WRITE_SRC, loop_config, make_workspace, write_yaml
+from harness.testing import READ_ALL, WRITE_SRC, agent_messages, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 
 pytestmark = LOOP_SCRIPTED
@@ -200,10 +200,7 @@ def report_of(done: subprocess.CompletedProcess) -> dict:
 
 
 def agent_said(report: dict) -> str:
-    records = read_transcript(Path(report["transcript"]))
-    return "\n".join(r["msg"]["params"]["update"]["content"]["text"] for r in records
-                     if r["type"] == "rpc" and r["msg"].get("method") == "session/update"
-                     and r["msg"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk")  # fmt: skip
+    return "\n".join(agent_messages(Path(report["transcript"])))
 
 
 def outcomes(said: str) -> dict[str, str]:
