@@ -193,11 +193,12 @@ def sandbox_unavailable(bwrap: str | None) -> str | None:
     return None
 
 
-def runs_base() -> Path:
+def runs_base(parent: str | None = None) -> Path:
     """The common parent of every run's private directory (HOME, TMP, proxy socket): one per user, made 0700.
     Each sandbox hides it whole and shows only its own run's directory, so one loop never sees another's."""
     # /tmp where there is one, whatever TMPDIR says: loops with different TMPDIRs still share one base to hide
-    parent = "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK) else tempfile.gettempdir()
+    if parent is None:
+        parent = "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK) else tempfile.gettempdir()
     base = Path(parent) / f"loop-harness-runs-{os.getuid()}"
     with contextlib.suppress(FileExistsError):
         base.mkdir(mode=0o700)

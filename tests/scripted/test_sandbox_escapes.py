@@ -674,3 +674,28 @@ def test_what_the_kernel_commits_is_what_it_judged_even_if_the_tree_changes_mean
     assert report["terminal"] != "Idle", report  # what was left (or refused) stops the run
     # caught at `add` (what was staged is checked), by the commit's own judgement before it, or by `add` itself
     assert commit and (commit[0].get("committed") or commit[0].get("error")), commit
+
+
+@pytest.mark.parametrize("planted", ["symlink", "file", "other-owner"])
+def test_a_runs_base_someone_else_planted_is_never_used(tmp_path, planted):
+    """The runs' common directory sits in a shared /tmp: another user may make its name first (a link to a
+    directory of theirs, a file, a directory they own). The kernel then refuses to run sandboxed rather than
+    put its runs' HOME, TMP and proxy socket where that user can read them."""
+    from harness._sandbox import SandboxError, runs_base
+
+    name = tmp_path / f"loop-harness-runs-{os.getuid()}"
+    elsewhere = tmp_path / "theirs"
+    elsewhere.mkdir()
+    if planted == "symlink":
+        name.symlink_to(elsewhere)
+    elif planted == "file":
+        name.write_text("")
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("only root can make a directory another user owns")
+        name.mkdir()
+        os.chown(name, 65534, 65534)
+    with pytest.raises(SandboxError, match="not a directory of this user's"):
+        runs_base(str(tmp_path))
+    assert runs_base(str(elsewhere)) == elsewhere / name.name  # the control: a fresh name is made and used
+    assert stat.S_IMODE(os.stat(elsewhere / name.name).st_mode) == 0o700
