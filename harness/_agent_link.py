@@ -92,6 +92,8 @@ class AgentLink:
             finally:
                 for fd in fds:
                     os.close(fd)
+            if self.sandbox is not None and self.sandbox.overlay is not None:
+                await self.sandbox.overlay.attach()  # its namespaces and merged worktree, held by descriptor
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the argv or environment
             return Stop(Terminal.FAILED, {"kind": "agent_start_failed", "argv": self.agent.command, "error": str(exc)})
         if self.on_spawn is not None:  # before initialize: a kernel killed now still leaves a trail

@@ -1,10 +1,10 @@
 """`loop-harness bench kernel --sandbox`: what the OS sandbox costs, as ratios measured in one run.
 
-1. The kernel bench's queue (a session, a permission, a write and a read per task) drained with the sandbox
-   on and off, alternating rounds: the agent starts once per run inside it, so the ratio is mostly the
-   sandbox's start-up spread over the queue.
-2. `terminal/create` → `wait_for_exit` → `release` of `true`, inside the sandbox and outside: every command
-   the kernel runs for the agent starts its own bwrap.
+1. The kernel bench's queue (a session, a permission, a write and a read per task) drained with the sandbox's
+   copy-on-write worktree (`overlay`, the default: each boundary reads, judges and applies the upper layer),
+   with directory binds (`bind`: the change set read from git) and with the sandbox off, alternating rounds.
+2. `terminal/create` → `wait_for_exit` → `release` of `true`: joining the running agent sandbox (overlay), in a
+   bwrap of its own (bind), and outside.
 Figures, not asserts: read the ratios.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -27,6 +28,10 @@ from .testing import loop_config, make_workspace, write_yaml
 __all__ = ["bench_sandbox"]
 
 
+MODES = {"overlay": {"mode": "workspace-write", "worktree": "overlay"},
+         "bind": {"mode": "workspace-write", "worktree": "bind"}, "off": {"mode": "off"}}  # fmt: skip
+
+
 def bench_sandbox(*, tasks: int = 300, rounds: int = 3, commands: int = 50, as_json: bool = False) -> int:
     bwrap = find_bwrap(None)
     cause = sandbox_unavailable(bwrap)
@@ -40,44 +45,65 @@ def bench_sandbox(*, tasks: int = 300, rounds: int = 3, commands: int = 50, as_j
         queue = [{"id": f"T{i}", "title": f"bench task {i}"} for i in range(tasks)]
         configs = {
             mode: write_yaml(root / f"{mode}.yaml", loop_config(workspace, scenario, tasks=queue, rules=BENCH_RULES,
-                                                               transcripts=str(root / mode), sandbox={"mode": mode}))
-            for mode in ("workspace-write", "off")
+                                                               transcripts=str(root / mode), sandbox=settings))
+            for mode, settings in MODES.items()
         }  # fmt: skip
-        times: dict[str, list[float]] = {"workspace-write": [], "off": []}
+        times: dict[str, list[float]] = {mode: [] for mode in MODES}
         for _ in range(rounds):
             for mode, config in configs.items():
                 times[mode].append(asyncio.run(_time_kernel(config, tasks))[0])
-        (root / "run").mkdir()
-        sandbox = plan_sandbox(SandboxConfig(), bwrap=bwrap, worktree=workspace.path,
-                               rules=[RuleConfig.model_validate(r) for r in BENCH_RULES], protected_globs=(".git",),
-                               protected_files=[], git_dirs=[], run_dir=root / "run", agent_env={})  # fmt: skip
-        inside = asyncio.run(_terminal_ms(sandbox, str(workspace.path), commands))
-        outside = asyncio.run(_terminal_ms(None, str(workspace.path), commands))
-    on, off = statistics.median(times["workspace-write"]), statistics.median(times["off"])
-    figures = {
-        "tasks": tasks,
-        "rounds": rounds,
-        "sandbox_on_tasks_per_s": round(tasks / on, 1),
-        "sandbox_off_tasks_per_s": round(tasks / off, 1),
-        "ratio_on_off": round(off / on, 3),
-        "terminal_ms_inside": round(inside, 2),
-        "terminal_ms_outside": round(outside, 2),
-        "terminal_ratio_outside_inside": round(outside / inside, 3),
-    }
+        terminal = {mode: asyncio.run(_terminal_ms(bwrap, root, workspace.path, mode, commands)) for mode in MODES}
+    seconds = {mode: statistics.median(times[mode]) for mode in MODES}
+    figures: dict[str, object] = {"tasks": tasks, "rounds": rounds}
+    figures |= {f"{mode}_tasks_per_s": round(tasks / seconds[mode], 1) for mode in MODES}
+    figures |= {"ratio_overlay_bind": round(seconds["bind"] / seconds["overlay"], 3),
+                "ratio_on_off": round(seconds["off"] / seconds["overlay"], 3)}  # fmt: skip
+    figures |= {f"terminal_ms_{mode}": round(terminal[mode], 2) for mode in MODES}
+    figures["terminal_ratio_enter_bwrap"] = round(terminal["bind"] / terminal["overlay"], 3)
     if as_json:
         print(json.dumps(figures))
     else:
         print(f"tasks per side and round: {tasks}, rounds: {rounds} (medians below)")
-        print(f"kernel, sandbox on (workspace-write): {figures['sandbox_on_tasks_per_s']:>8} tasks/s")
-        print(f"kernel, sandbox off:                  {figures['sandbox_off_tasks_per_s']:>8} tasks/s")
-        print(f"ratio on / off:        {figures['ratio_on_off']}")
-        print(f"terminal/create..release of `true` (median of {commands}): inside {figures['terminal_ms_inside']} ms,"
-              f" outside {figures['terminal_ms_outside']} ms, ratio outside / inside "
-              f"{figures['terminal_ratio_outside_inside']}")  # fmt: skip
+        for mode in MODES:
+            print(f"kernel, sandbox {mode + ':':<9} {figures[f'{mode}_tasks_per_s']:>8} tasks/s")
+        print(f"ratio overlay / bind:  {figures['ratio_overlay_bind']}   (the copy-on-write worktree's boundary)")
+        print(f"ratio overlay / off:   {figures['ratio_on_off']}")
+        print(
+            f"terminal/create..release of `true` (median of {commands}): joining the agent's sandbox"
+            f" {figures['terminal_ms_overlay']} ms, a bwrap of its own {figures['terminal_ms_bind']} ms, outside"
+            f" {figures['terminal_ms_off']} ms; ratio bwrap / joining {figures['terminal_ratio_enter_bwrap']}"
+        )
     return 0
 
 
-async def _terminal_ms(sandbox: Sandbox | None, cwd: str, commands: int) -> float:
+async def _terminal_ms(bwrap: str, root: Path, worktree: Path, mode: str, commands: int) -> float:
+    """The median time of `true` through the kernel's terminal calls: outside (off), in a bwrap of its own
+    (bind), or joining a running agent sandbox (overlay: one is started for it, as the agent would be)."""
+    if mode == "off":
+        return await _time_terminals(None, str(worktree), commands)
+    run_dir = root / f"run-{mode}"
+    run_dir.mkdir()
+    sandbox = plan_sandbox(SandboxConfig.model_validate(MODES[mode]), bwrap=bwrap, worktree=worktree,
+                           rules=[RuleConfig.model_validate(r) for r in BENCH_RULES], protected_globs=(".git",),
+                           protected_files=[], git_dirs=[], run_dir=run_dir, agent_env={})  # fmt: skip
+    if sandbox.overlay is None:
+        return await _time_terminals(sandbox, str(worktree), commands)
+    argv, env, fds = sandbox.wrap(["sleep", "600"], cwd=str(worktree), env=agent_environment(), tools=True)
+    try:
+        agent = await asyncio.create_subprocess_exec(*argv, env=env, pass_fds=fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    try:
+        await sandbox.overlay.attach()
+        return await _time_terminals(sandbox, str(worktree), commands)
+    finally:
+        agent.kill()
+        await agent.wait()
+        sandbox.overlay.close()
+
+
+async def _time_terminals(sandbox: Sandbox | None, cwd: str, commands: int) -> float:
     host = ExecHost(agent_environment(), sandbox=sandbox)
     times = []
     for _ in range(commands):

@@ -28,6 +28,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileStatus
 
+from ._overlay import OverlayChange, WorktreeOverlay
 from ._policy import Policy, Verdict
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "change_refusal",
     "judge_change",
     "judge_change_set",
+    "judge_overlay",
     "read_change_set",
     "refusal_reason",
     "unreadable_reason",
@@ -211,9 +213,73 @@ def _judge_in_place(policy: Policy, where: str) -> Verdict:
     if directory is None:
         return Verdict(False, (), {"kind": "outside_worktree", "resolved": os.path.realpath(os.path.dirname(where))})
     relative = os.path.basename(where) if directory == "." else f"{directory}/{os.path.basename(where)}"
-    if policy.is_protected(relative):
-        return Verdict(False, ("protected",), {"kind": "protected_path", "path": relative})
-    return policy._judge("write", [relative], frozenset())  # the rules alone: deny wins, no rule refuses
+    return policy.judge_place("write", relative)  # the rules alone: deny wins, no rule refuses
+
+
+# --- the overlay's change set (harness/_overlay.py) ------------------------------------------------------
+
+
+def judge_overlay(changes: Sequence[OverlayChange], overlay: WorktreeOverlay, policy: Policy) -> list[Judged]:
+    """Each path the overlay's upper layer says the task changed, judged by place as a write request to it
+    would be: every path the upper layer holds is already resolved (its directories are real directories in
+    the agent's view), so nothing is followed. A deletion or an opaque directory is judged on every path of
+    the worktree it takes away; a symlink where it is and where it leads; a special file (a fifo, a socket)
+    is refused. A directory is no change of its own (git holds none): what it holds is judged."""
+    judged: list[Judged] = []
+    repositories: set[str] = set()
+    for change in changes:
+        parts = change.path.split("/")
+        nested = next((i for i, part in enumerate(parts) if part.lower() == ".git"), None)
+        if nested is not None and nested > 0:  # a repository of its own, named once (as git would list it)
+            repository = "/".join(parts[:nested]) + "/"
+            if repository not in repositories:
+                repositories.add(repository)
+                judged.append(Judged(repository, "a repository of its own: committed, it would be a gitlink (a "
+                                                 "submodule entry)"))  # fmt: skip
+            continue
+        if change.kind == "special":
+            judged.append(Judged(change.path, "a special file (a fifo, a socket, a device): never landed"))
+            continue
+        places = [] if change.kind == "dir" else [change.path]  # a directory is no content: git lists none
+        if change.kind == "deleted" or change.opaque:
+            gone = overlay.deleted_beneath(change, MAX_WALKED)
+            if len(gone) > MAX_WALKED:
+                judged.append(Judged(change.path, f"takes away more than {MAX_WALKED} paths: too many to name"))
+                continue
+            places = gone
+        places_judged = [_judge_overlay_place(policy, overlay.worktree, place) for place in places]
+        if change.kind == "symlink" and change.target is not None and not any(j.refused for j in places_judged):
+            places_judged = [_judge_link_target(policy, overlay.worktree, change.path, change.target)]
+        judged.extend(places_judged)
+    return judged
+
+
+def _judge_overlay_place(policy: Policy, top: str, path: str) -> Judged:
+    relative = _relative_to(policy, os.path.join(top, path))
+    if relative is None:
+        return Judged(path, "outside the policy's workspace")
+    read = policy.judge_place("read", relative)
+    if not read.allowed and read.reason.get("kind") == "denied":  # a read rule's deny, not a missing allow
+        return Judged(path, _refusal("read", read), read.rule_ids)
+    write = policy.judge_place("write", relative)
+    return Judged(path, None if write.allowed else _refusal("write", write), write.rule_ids)
+
+
+def _judge_link_target(policy: Policy, top: str, path: str, target: str) -> Judged:
+    """Where a symlink leads, by its text: it must stay in the workspace and be a place a write may reach."""
+    where = os.path.normpath(target if os.path.isabs(target) else os.path.join(top, os.path.dirname(path), target))
+    relative = _relative_to(policy, where)
+    if relative is None:
+        return Judged(path, f"it resolves outside the workspace, to {where}")
+    verdict = policy.judge_place("write", relative)
+    return Judged(path, None if verdict.allowed else _refusal("write", verdict), verdict.rule_ids)
+
+
+def _relative_to(policy: Policy, where: str) -> str | None:
+    root = str(policy.worktree)
+    if where == root:
+        return "."
+    return where[len(root.rstrip("/")) + 1 :] if where.startswith(root.rstrip("/") + "/") else None
 
 
 def _in_index_as_gitlink(repo: pygit2.Repository, path: str) -> bool:

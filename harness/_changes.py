@@ -32,6 +32,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DiffOption, FileStatus
 
+from ._overlay import WorktreeOverlay
 from ._worktree_events import WorktreeEvents
 
 __all__ = ["ChangeMeter", "Changes"]
@@ -71,6 +72,8 @@ class ChangeMeter:
         self._current = False  # `_last` holds as of the last drain of the event queue
         self._boundary: _Boundary | None = None
         self._started = False
+        #: with a copy-on-write worktree, the agent's changes are its upper layer until the boundary applies them
+        self.overlay: WorktreeOverlay | None = None
 
     def before_boundary_read(self) -> None:
         """The task boundary reads git next: empty the event queue first, so that what it reads is all that
@@ -124,6 +127,8 @@ class ChangeMeter:
         self._started = True
 
     def measure(self) -> Changes:
+        if self.overlay is not None and self.overlay.view is not None:
+            return self._measure_overlay(self.overlay, self.overlay.view)
         quiet = self.events is not None and not self.events.changed()  # drained before any read below
         head = self._head()
         if quiet and self._current and head == self._last_head:
@@ -137,6 +142,36 @@ class ChangeMeter:
         self._last_head = head
         self._current = self.events is not None and not self.events.blind
         return self._last
+
+    def _measure_overlay(self, overlay: WorktreeOverlay, view: str) -> Changes:
+        """The figures from the overlay's upper layer: each path the task changed there, its lines against the
+        starting tree as the agent sees the file now (the worktree itself is untouched until the boundary)."""
+        self.git_reads += 1
+        paths: list[str] = []
+        for change in overlay.task_changes():
+            if change.kind == "dir" and not change.opaque:
+                continue
+            if change.kind == "deleted" or change.opaque:
+                paths += overlay.deleted_beneath(change, 100_000)
+            if change.kind != "deleted":
+                paths.append(change.path)
+        fingerprint = tuple(sorted((p, self._stat_in(view, p)) for p in paths))
+        if fingerprint != self._fingerprint:
+            tree = self._start_tree or self._empty_tree()
+            files, lines = 0, 0
+            for path in sorted(set(paths)):
+                charged = self._path_lines(tree, path, Path(view))
+                if charged is not None:
+                    files, lines = files + 1, lines + charged
+            self._fingerprint, self._last = fingerprint, Changes(files, lines)
+        return self._last
+
+    def _stat_in(self, base: str, path: str) -> tuple[int, int] | None:
+        try:
+            st = os.lstat(os.path.join(base, path))
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
 
     def close(self) -> None:
         if self.events is not None:
@@ -172,12 +207,14 @@ class ChangeMeter:
                 files, lines = files + 1, lines + charged
         return Changes(files, lines)
 
-    def _path_lines(self, tree: pygit2.Tree, path: str) -> int | None:
-        """The lines `path` charges against the starting tree; None when it is as it was."""
+    def _path_lines(self, tree: pygit2.Tree, path: str, base: Path | None = None) -> int | None:
+        """The lines `path` (as it is beneath `base`, the worktree by default) charges against the starting
+        tree; None when it is as it was."""
+        base = base or self.workspace
         old = _blob(self.repo, tree, path)
-        if not os.path.lexists(self.workspace / path):  # deleted: its lines, as deletions
+        if not os.path.lexists(base / path):  # deleted: its lines, as deletions
             return None if old is None else 0 if old.is_binary else _patch_lines(old.diff_to_buffer(b""))
-        new = _read_regular(self.workspace / path)
+        new = _read_regular(base / path)
         if new is None:  # a symlink, a fifo, a socket: a file, no lines
             return 0
         if old is not None and old.data == new:
@@ -185,7 +222,7 @@ class ChangeMeter:
         if b"\0" in new[:BINARY_PROBE] or (old is not None and old.is_binary):
             return 0
         if old is None:
-            return max(new.count(b"\n"), math.ceil(_size(self.workspace / path, new) / BYTES_PER_LINE))
+            return max(new.count(b"\n"), math.ceil(_size(base / path, new) / BYTES_PER_LINE))
         return _patch_lines(old.diff_to_buffer(new))
 
     # --- helpers ------------------------------------------------------------------------------------

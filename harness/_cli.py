@@ -3,6 +3,7 @@
     loop-harness run CONFIG.yaml [--json] [--task ID | --prompt TEXT] [--transcript PATH]
     loop-harness bench kernel [--tasks N] [--sandbox | --outside]
     loop-harness bench changes
+    loop-harness bench boundary
     loop-harness limits CONFIG.yaml [--json]
     loop-harness check [--json] -- AGENT_COMMAND...
     loop-harness serve [--host H] [--port N] [--state DIR]
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             from ._bench_server import bench_server
 
             return bench_server(loops=args.loops, tasks=args.tasks or 100, as_json=args.json)
+        if args.what == "boundary":
+            from ._bench_boundary import bench_boundary
+
+            return bench_boundary(rounds=args.rounds or 3, as_json=args.json)
         if args.what == "changes":
             from ._bench_changes import bench_changes
 
@@ -130,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="benchmarks: the kernel vs a bare SDK client; inference vs bare llama; a change measure"
     )
-    bench.add_argument("what", choices=["kernel", "inference", "changes", "server"], help="what to measure")
+    bench.add_argument("what", choices=["kernel", "inference", "changes", "server", "boundary"], help="what to measure")
     bench.add_argument("--loops", type=int, default=4, help="server: loops at once (default 4)")
     bench.add_argument("--tasks", type=int, help="tasks per side (default: kernel 300, inference 3)")
     bench.add_argument("--threads", type=int, default=2, help="inference: CPU threads (default 2)")

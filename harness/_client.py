@@ -51,6 +51,7 @@ from acp.schema import (
 
 from ._exec import ExecHost, TerminalGone
 from ._files import read_beneath, write_beneath
+from ._overlay import WorktreeOverlay
 from ._policy import Policy, Turn, Verdict
 from ._questions import form_fields
 from ._records import RecordType
@@ -100,6 +101,7 @@ class KernelClient:
         self.sessions: set[str] = set()  # every session this run opened
         self.approvals: frozenset[tuple[str, str]] = frozenset()  # interactive path: this turn's
         self.watch: TaskWatch | None = None  # the task's budgets (None: a single-prompt run)
+        self.overlay: WorktreeOverlay | None = None  # the sandbox's copy-on-write worktree, when it has one
         self._parked: set[asyncio.Future[dict[str, Any]]] = set()
 
     def on_connect(self, conn: Any) -> None:
@@ -213,7 +215,7 @@ class KernelClient:
         self.turn.client_calls += 1
         self._record("fs/read_text_file", target, verdict)  # the decision is on record before it is acted on
         relative = verdict.paths[0]  # the file that was judged, reached without a second resolution
-        root = str(self.policy.worktree)
+        root = self._worktree()
         try:
             small = os.stat(os.path.join(root, relative)).st_size <= SMALL_FILE_BYTES  # stat never blocks
             text = read_beneath(root, relative) if small else await asyncio.to_thread(read_beneath, root, relative)
@@ -235,7 +237,7 @@ class KernelClient:
         verdict = self._enforce("fs/write_text_file", self.policy.write(session_id, path, self._moment()), target)
         self.turn.client_calls += 1
         self._record("fs/write_text_file", {"path": path, "bytes": len(content)}, verdict)  # before the write
-        root, relative = str(self.policy.worktree), verdict.paths[0]
+        root, relative = self._worktree(), verdict.paths[0]
         if self.watch is not None:  # the lines it may charge, at most: the old file's, then the new content's
             self.watch.kernel_acted(_size(os.path.join(root, relative)) + len(content) + 2)
         try:
@@ -246,6 +248,12 @@ class KernelClient:
         except OSError as exc:
             raise RequestError.internal_error({"path": path, "error": exc.strerror or str(exc)}) from None
         return WriteTextFileResponse()
+
+    def _worktree(self) -> str:
+        """Where fs/* reads and writes: the worktree as the agent sees it (its overlay's merged view, when the
+        sandbox has one: the agent's own changes are there, and a write lands with them, judged at the boundary)."""
+        view = self.overlay.view if self.overlay is not None else None
+        return view if view is not None else str(self.policy.worktree)
 
     # --- terminal/* --------------------------------------------------------------------------
 

@@ -289,6 +289,10 @@ class SandboxConfig(_Strict):
     # The weaker choice: let the agent commit itself (objects, refs, index, logs writable; config, hooks and
     # info never). By default all of `.git` is read-only and `workspace.commit` has the kernel commit.
     git_writable: bool = False
+    # `overlay`: the worktree is a copy-on-write overlay whose upper layer is exactly what the agent changed, judged
+    # and applied at each task boundary (a write rule grants exactly its paths, a new file's included); `bind`:
+    # the directories write rules open are bound writable, the change set read from git (harness/_overlay.py).
+    worktree: Literal["overlay", "bind"] = "bind"
     # Paths outside the worktree the agent may not even read: each is replaced by an empty read-only one
     # (the control server hides the other workspaces and its own state this way).
     hide: list[Path] = Field(default_factory=list)

@@ -98,7 +98,7 @@ class ExecHost:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                cwd=cwd,
+                cwd=cwd if self._sandbox is None else "/",  # the sandbox changes to it inside (it may be only there)
                 env=run_env,
                 start_new_session=True,
                 pass_fds=fds,

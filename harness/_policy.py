@@ -538,6 +538,13 @@ class Policy:
             return real, "."
         return real, real[len(self._root.rstrip("/")) + 1 :] if _inside(real, self._root) else None
 
+    def judge_place(self, kind: str, relative: str) -> Verdict:
+        """`relative` (to the worktree, already resolved: no link is followed) judged by place alone: a protected
+        path for a write, then the rules (deny wins, no rule refuses). What the change set's judgement asks."""
+        if kind == "write" and self.is_protected(relative):
+            return Verdict(False, ("protected",), {"kind": "protected_path", "path": relative})
+        return self._judge(kind, [relative], frozenset())
+
     def is_protected(self, relative: str) -> bool:
         """A protected path, inside one, or a directory that holds one (deleting `.` takes `.git`)."""
         if relative == "." or ".git" in relative.lower().split("/"):  # every .git, nested ones too

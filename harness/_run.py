@@ -39,6 +39,7 @@ from ._change_set import (
     ChangeSetUnreadable,
     change_refusal,
     judge_change_set,
+    judge_overlay,
     read_change_set,
     refusal_reason,
     unreadable_reason,
@@ -52,6 +53,7 @@ from ._egress import Egress
 from ._exec import ExecHost
 from ._flag import Flag
 from ._hostcalls import HostCalls
+from ._overlay import OverlayChange, OverlayUnreadable, WorktreeOverlay
 from ._policy import Policy
 from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state, repository_dirs
 from ._questions import restate
@@ -208,6 +210,7 @@ class Run:
         self._repo: pygit2.Repository | None = None  # opened at the first git state read
         self._upstreams: Upstreams | None = None  # with it
         self._meter: ChangeMeter | None = None  # opened at the first git read
+        self._overlay: WorktreeOverlay | None = None  # the sandbox's copy-on-write worktree, when it has one
         self._repository_events: RepositoryEvents | None = None  # opened at the first read while closing
         self._repository_unwatched = False  # its watches could not be set up: no read while closing
         # The git read consults what no event queue watches: a submodule's git dir (the index holds a gitlink), or
@@ -263,6 +266,9 @@ class Run:
         sandbox, egress, tools_socket = None, None, None
         if planned is not None:
             sandbox, egress, tools_socket = await self._open_egress(*planned)
+            self._overlay = sandbox.overlay
+            if self._meter is not None:
+                self._meter.overlay = self._overlay
         client = KernelClient(
             policy=self.policy,
             transcript=self.transcript,
@@ -272,6 +278,7 @@ class Run:
             ),
             interactive_handler=self.interactive_handler,
         )
+        client.overlay = self._overlay
         self.teardown.add("terminals", client.exec_host.release_all)
         link = AgentLink(
             self.config.agent,
@@ -370,6 +377,8 @@ class Run:
     async def _remove_run_dir(self, run_dir: Path) -> None:
         """The run's private directory, gone with whatever the agent left in it; what could not be removed is
         named in the transcript (a `teardown_error` of step `sandbox`), never left in silence."""
+        if self._overlay is not None:
+            self._overlay.close()
         left, error = await asyncio.to_thread(remove_tree, run_dir)
         if left and not self.transcript.closed:
             self.transcript.record(RecordType.TEARDOWN_ERROR, step="sandbox", left=left[:_LEFT_SHOWN],
@@ -464,7 +473,7 @@ class Run:
         private = sandbox.home is None and sandbox.tmp is None and not {"HOME", "XDG_CONFIG_HOME"} & set(env)
         if not agent.link.closing or sandbox.mode == "off" or sandbox.git_writable or not private:
             return None
-        if self.git_dir is None:
+        if self.git_dir is None or self._overlay is not None:  # an overlay's changes land after the close
             return None
         meter, repository = self._change_meter(), self._repository_watch()
         if meter is None or meter.events is None or meter.events.blind or repository is None or repository.blind:
@@ -522,6 +531,7 @@ class Run:
                 events = None
             try:
                 self._meter = ChangeMeter(self.config.workspace, self.git_dir, events)
+                self._meter.overlay = self._overlay
             except (pygit2.GitError, OSError):
                 if events is not None:
                     events.close()
@@ -608,12 +618,13 @@ class Run:
             result = await self._run_task(agent, task)
             tasks.append(result)
             if result.terminal is not Terminal.COMPLETED:
+                self._keep_unlanded(result)
                 return Stop(result.terminal, result.reason)
             # the boundary's git read, taken while the agent closes the session (kept at the boundary below only if
             # nothing changed since); what the agent wrote as it closed the session is judged too
             closing_read = self._read_while_closing(agent)
             await agent.link.session_closed()
-            refusal = self._judge_changes(result)  # what lands is what the rules allow
+            refusal = self._land_overlay(result) or self._judge_changes(result)  # what lands is what the rules allow
             if refusal is not None:
                 return refusal
             if self.config.commit is not None:  # the kernel owns git: commit (and push) what the task did
@@ -663,6 +674,55 @@ class Run:
         except (ChangeSetUnreadable, pygit2.GitError, OSError, KeyError, ValueError) as exc:
             reason = unreadable_reason(f"{type(exc).__name__}: {exc}")
         return None if reason is None else self._refuse_changes(result, reason)
+
+    def _land_overlay(self, result: TaskResult) -> Stop | None:
+        """With an overlay: the task's changes (its upper layer) judged, then applied to the worktree whole, or,
+        one path refused, set aside beside the transcript and the task ends BlockedPolicy (the worktree as it
+        was). None when there is no overlay or everything landed; the git reads and the commit follow as ever."""
+        overlay = self._overlay
+        if overlay is None:
+            return None
+        try:
+            changes = overlay.task_changes()
+            reason = refusal_reason(judge_overlay(changes, overlay, self.policy))
+        except (OverlayUnreadable, OSError) as exc:
+            return self._refuse_changes(result, unreadable_reason(f"{type(exc).__name__}: {exc}"))
+        if reason is not None:
+            reason["set_aside"] = self._set_aside(changes, result.id)
+            return self._refuse_changes(result, reason)
+        try:
+            overlay.apply(changes)
+        except OSError as exc:  # what was applied is in the tree: the clean-tree check names it next
+            reason = unreadable_reason(f"{type(exc).__name__}: {exc}")
+            reason["detail"] = f"the task's changes could not all be applied to the worktree: {exc}"
+            return self._refuse_changes(result, reason)
+        return None
+
+    def _keep_unlanded(self, result: TaskResult) -> None:
+        """A task that ended otherwise than Completed lands nothing: with an overlay, what it changed is set
+        aside for a person (the reason says where) and the worktree stays as it was."""
+        if self._overlay is None:
+            return
+        try:
+            changes = self._overlay.task_changes()
+        except OverlayUnreadable:
+            return
+        if changes and isinstance(result.reason, dict):
+            result.reason = {**result.reason, "set_aside": self._set_aside(changes, result.id)}
+
+    def _set_aside(self, changes: list[OverlayChange], task_id: str) -> str | None:
+        """Where a task's unlanded changes were copied: `<transcript>.aside/<task>/` (None if they could not be)."""
+        assert self._overlay is not None
+        if not changes:
+            return None
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)
+        destination = Path(f"{self.transcript_path}.aside") / name
+        try:
+            self._overlay.set_aside(changes, destination)
+        except OSError as exc:
+            self.transcript.record(RecordType.TEARDOWN_ERROR, step="set_aside", error=str(exc))
+            return None
+        return str(destination)
 
     def _refuse_changes(self, result: TaskResult, reason: dict[str, Any]) -> Stop:
         """The task ends BlockedPolicy for its changes (its `task_end` said how its session ended): one `policy`

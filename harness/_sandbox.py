@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Literal
 
 from ._config import RuleConfig, SandboxConfig
+from ._overlay import WorktreeOverlay
 from ._paths import overlaps, within
 from ._policy import glob_matches
 from ._seccomp import REFUSED, seccomp_fd, seccomp_program
@@ -60,6 +61,7 @@ _MAX_PATHS = 100_000
 #: The proxy's port inside the sandbox's own network namespace (nothing else listens there).
 PROXY_PORT = 3128
 _BRIDGE = str(Path(__file__).with_name("_netbridge.py"))
+_ENTER = str(Path(__file__).with_name("_sandbox_enter.py"))
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 # A user namespace even for a root caller (bwrap makes none for uid 0 by default, so root kept every capability
 # inside: remount `/` read-write, unmount a mask, chattr +i, mknod), and no capability in it either.
@@ -76,10 +78,12 @@ class SandboxError(Exception):
 
 @dataclass(frozen=True)
 class Mount:
-    how: Literal["ro", "rw", "mask-file", "mask-dir", "tmpfs", "remount-ro"]
+    how: Literal["ro", "rw", "mask-file", "mask-dir", "tmpfs", "remount-ro", "overlay"]
     path: str
 
     def args(self, empty_file: str) -> list[str]:
+        if self.how == "overlay":  # its layers are fresh at each agent start: `Sandbox.wrap` puts them here
+            return []
         if self.how == "tmpfs":  # made read-only by a later `remount-ro`, once what it holds is bound
             return ["--tmpfs", self.path]
         if self.how == "remount-ro":
@@ -112,12 +116,18 @@ class Sandbox:
     #: host Unix sockets the config names (left reachable), and the run's own places (sockets there are its own)
     sockets_reachable: tuple[str, ...] = ()
     sockets_beside: tuple[str, ...] = ()
+    #: the worktree as a copy-on-write overlay (`sandbox.worktree: overlay`): what the agent changed is its upper
+    #: layer, judged and applied at the task boundary (harness/_overlay.py)
+    overlay: WorktreeOverlay | None = None
     args: tuple[str, ...] = field(init=False)
+    _overlay_at: int = field(init=False, default=-1)
 
     def __post_init__(self) -> None:
         args = ["--die-with-parent", "--new-session", *_NAMESPACES, *_PRIVILEGE, "--ro-bind", "/", "/",
                 "--dev", "/dev", "--proc", "/proc"]  # fmt: skip
         for mount in self.mounts:
+            if mount.how == "overlay":
+                object.__setattr__(self, "_overlay_at", len(args))
             args += mount.args(self.empty_file)
         object.__setattr__(self, "args", tuple(args))
 
@@ -127,9 +137,12 @@ class Sandbox:
         """The command line and environment that run `argv` inside (`tools`: with the host-tools port too),
         and the descriptors to pass it (the caller closes them once it has spawned). A program that does not
         exist raises FileNotFoundError here, as starting it outside would, rather than as a bwrap exit
-        status."""
+        status. With an overlay, the agent's start makes its layers, and every other command joins the agent's
+        sandbox (`_sandbox_enter.py`): only there is the worktree as the agent left it."""
         program = argv[0] if argv else ""
-        found = os.path.join(cwd, program) if "/" in program else shutil.which(program, path=env.get("PATH"))
+        entering = self.overlay is not None and not tools
+        where = self._in_view(cwd) if entering else cwd
+        found = os.path.join(where, program) if "/" in program else shutil.which(program, path=env.get("PATH"))
         if not found or not os.path.exists(found):
             raise FileNotFoundError(2, "No such file or directory", program)
         inside = {**env, "HOME": self.home, "TMPDIR": self.tmp}  # the private ones, or those the config named
@@ -137,6 +150,8 @@ class Sandbox:
         inside.setdefault("LOOP_HARNESS_MODEL_CACHE", self.model_cache)
         # Claude Code's Bash tool keeps its files under $CLAUDE_CODE_TMPDIR, default `/tmp` (read-only here)
         inside.setdefault("CLAUDE_CODE_TMPDIR", self.tmp)
+        if entering:
+            return self._enter(argv, cwd=cwd, env=inside)
         routes = [r for r in (self.proxy, self.tools if tools else None) if r is not None]
         if self.proxy is not None:
             url = f"http://127.0.0.1:{self.proxy[0]}"
@@ -153,7 +168,32 @@ class Sandbox:
         if self.seccomp is not None:
             fds = (seccomp_fd(self.seccomp),)
             filters += ["--seccomp", str(fds[0])]
-        return [self.bwrap, *self.args, *filters, "--chdir", cwd, "--", *argv], inside, fds
+        args = list(self.args)
+        if self.overlay is not None:  # the agent's start: fresh layers, and the sandbox's pid told on a pipe
+            layers, info = self.overlay.mount()
+            args[self._overlay_at : self._overlay_at] = layers
+            fds += (info,)
+        return [self.bwrap, *args, *filters, "--chdir", cwd, "--", *argv], inside, fds
+
+    def _enter(
+        self, argv: Sequence[str], *, cwd: str, env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str], tuple[int, ...]]:
+        """A command in the agent's running sandbox: its namespaces (so its overlay, masks, network and the
+        proxy its bridge relays), no capability, the same seccomp filter."""
+        assert self.overlay is not None
+        namespaces = tuple(os.dup(fd) for fd in self.overlay.namespace_fds())  # inheritable, closed after spawn
+        program: tuple[int, ...] = () if self.seccomp is None else (seccomp_fd(self.seccomp),)
+        names = ",".join(map(str, namespaces))
+        enter = [sys.executable, "-I", "-S", _ENTER, names, str(program[0]) if program else "-", cwd, "--", *argv]
+        return enter, env, namespaces + program
+
+    def _in_view(self, path: str) -> str:
+        """`path` as the agent sees it (a path beneath the worktree, through the overlay's merged view)."""
+        assert self.overlay is not None
+        view, top = self.overlay.view, self.overlay.worktree
+        if view is None or not within(path, top):
+            return path
+        return view + path[len(top) :]
 
     def describe(self) -> dict[str, object]:
         """What the transcript records at run start: the exact bwrap argv and the mounts."""
@@ -234,7 +274,11 @@ def plan_sandbox(
     credentials = _credentials(own) if config.hide_credentials else []
     mounts = [*_hidden([*config.hide, *_system_sockets(own), *credentials], keep=own), *_other_runs(run_dir, keep=own),
               Mount("rw", home), Mount("rw", tmp)]  # fmt: skip
-    if config.mode == "workspace-write":
+    overlay = None
+    if config.mode == "workspace-write" and config.worktree == "overlay":  # all of it, judged at the boundary
+        overlay = WorktreeOverlay(root, run_dir / "overlay")
+        mounts.append(Mount("overlay", root))
+    elif config.mode == "workspace-write":
         mounts += [Mount("rw", p) for p in _writable_roots(root, rules)]
     mounts += [Mount("remount-ro", m.path) for m in mounts if m.how == "tmpfs"]
     walked = _walk(root, rules, protected_globs)
@@ -255,7 +299,7 @@ def plan_sandbox(
     gone = [m.path for m in mounts if m.how in ("mask-dir", "tmpfs")]  # what is hidden already (other runs')
     return Sandbox(config.mode, bwrap, home, tmp, tuple(mounts), str(empty),
                    sockets_reachable=tuple(sorted({os.path.realpath(p) for p in config.sockets})),
-                   sockets_beside=tuple(os.path.realpath(p) for p in (*own, *gone)))  # fmt: skip
+                   sockets_beside=tuple(os.path.realpath(p) for p in (*own, *gone)), overlay=overlay)  # fmt: skip
 
 
 def _other_runs(run_dir: Path, *, keep: Sequence[str]) -> list[Mount]:

@@ -36,7 +36,8 @@ from scripted_agents.presets import scenario, turn
 pytestmark = LOOP_SCRIPTED
 
 CLI = str(Path(sys.executable).parent / "loop-harness")
-MODES = ["workspace-write", "off"]
+#: workspace-write with `sandbox.worktree: overlay` (the default) or `bind` (write rules' directories bound writable)
+MODES = ["bind", "off", "overlay"]
 THINK = {"tool_call": {"id": "c1", "title": "Think", "kind": "think"}}  # a tool call: end_turn completes
 NO_KEYS = {"id": "no-keys", "kind": "write", "paths": ["**/*.key"], "decision": "deny"}
 NO_SECRETS = {"id": "no-secrets", "kind": "write", "paths": ["src/secrets/**"], "decision": "deny"}
@@ -66,6 +67,8 @@ def run(
              for t, ss in steps.items()}  # fmt: skip
     path = write_yaml(tmp_path / "scenario.yaml", scenario(turns))
     tasks = [{"id": t, "title": f"Task {t}"} for t in steps]
+    if mode in ("overlay", "bind"):
+        mode, sandbox = "workspace-write", {"worktree": mode, **sandbox}
     config = loop_config(ws, path, rules=rules, tasks=tasks, commit={"push": True} if commit else None,
                          sandbox={"mode": mode, **sandbox}, transcripts=str(tmp_path / "transcripts"),
                          **({"autonomy": autonomy} if autonomy else {}))  # fmt: skip
@@ -93,6 +96,17 @@ def refused(report: dict) -> dict[str, dict]:
     assert reason["total"] == len(reason["paths"])
     assert report["tasks"][-1]["terminal"] == "BlockedPolicy" and report["tasks"][-1]["reason"] == reason
     return {entry["path"]: entry for entry in reason["paths"]}
+
+
+def assert_set_aside(report: dict, expected: dict[str, str]) -> None:
+    """The refused task's changes were copied beside the transcript: each path with what happened to it."""
+    aside = Path(report["reason"]["set_aside"])
+    assert aside.parent == Path(report["transcript"] + ".aside")
+    listed = {entry["path"]: entry["kind"] for entry in json.loads((aside / "changes.json").read_text())}
+    assert {p: listed.get(p) for p in expected} == expected, listed
+    for path, kind in expected.items():
+        if kind == "file":
+            assert (aside / "files" / path).is_file()
 
 
 def worktree_status(ws: Workspace) -> str:
@@ -129,7 +143,11 @@ def test_a_refused_change_ends_the_task_blocked_policy_and_nothing_of_it_is_push
     assert [t["id"] for t in report["tasks"]] == ["T1"], NO_UNNAMED_NO_NEXT
     nothing_pushed(ws)
     assert not [r for r in records if r["type"] == "commit"]  # the kernel's commit never ran
-    assert (ws.path / path).exists()  # kept in the tree for a person to see
+    if mode == "overlay":  # nothing of the task reached the tree: its changes are set aside for a person
+        assert worktree_status(ws) == "" and not (ws.path / path).exists()
+        assert_set_aside(report, {path: "file"})
+    else:
+        assert (ws.path / path).exists()  # kept in the tree for a person to see
     policy = [r for r in records if r["type"] == "policy" and r["source"] == "change"]
     assert [(r["path"], r["decision"], r["rule_ids"]) for r in policy] == [(path, "refuse", rule_ids or [])]
 
@@ -185,6 +203,16 @@ def test_a_hostile_agent_never_lands_a_denied_path(tmp_path, case, mode):
 
     report, _, code = run(tmp_path, ws, {"T1": [*steps, "echo ok > src/ok.txt"]}, rules=HOSTILE_RULES, mode=mode)
 
+    if mode == "overlay" and "src/linked.txt" in expected:
+        # a hard link cannot leave the overlay's mount (EXDEV to a masked, read-only or outside file): what the
+        # upper layer holds is a copy of what the agent could read, and it lands as a file of its own
+        assert (report["terminal"], code) == ("Idle", 0), report
+        assert os.stat(ws.path / "src/linked.txt").st_nlink == 1
+        assert (ws.path / "src/linked.txt").read_text() == (ws.path / "README.md").read_text()
+        return
+    if mode == "overlay":  # the tree is never touched by a refused task: what the agent changed is judged
+        _assert_overlay_refused(ws, report, code, expected, before)
+        return
     landed = {p for p in expected if _landed(ws, p)}
     if mode == "off":
         assert landed == set(expected), (landed, report)  # the OS stopped nothing
@@ -197,6 +225,21 @@ def test_a_hostile_agent_never_lands_a_denied_path(tmp_path, case, mode):
     else:  # the OS refused every write of the attack: the rest of the task lands, and nothing is left behind
         assert (report["terminal"], code) == ("Idle", 0), report
         assert "src/ok.txt" in pushed and worktree_status(ws) == ""
+    for path in expected:
+        assert path.rstrip("/") not in pushed
+
+
+def _assert_overlay_refused(ws: Workspace, report: dict, code: int, expected: dict[str, str], before: str) -> None:
+    """With an overlay: what of the attack the OS let through is refused with its reason, nothing reaches the
+    origin or the tree; where the OS refused it all (a read-only bind), the rest of the task lands."""
+    pushed = pushed_history(ws)[: -len(before)]
+    if report["terminal"] == "Idle":
+        assert code == 0 and "src/ok.txt" in pushed and worktree_status(ws) == ""
+    else:
+        named = refused(report)
+        assert named and {p: named[p]["why"] for p in named} == {p: expected[p] for p in named}, named
+        assert code == 1 and worktree_status(ws) == ""
+        nothing_pushed(ws)
     for path in expected:
         assert path.rstrip("/") not in pushed
 
