@@ -230,12 +230,19 @@ def judge_overlay(changes: Sequence[OverlayChange], overlay: WorktreeOverlay, po
     for change in changes:
         parts = change.path.split("/")
         nested = next((i for i, part in enumerate(parts) if part.lower() == ".git"), None)
-        if nested is not None and nested > 0:  # a repository of its own, named once (as git would list it)
-            repository = "/".join(parts[:nested]) + "/"
+        if nested is not None:  # a repository of its own, named once (as git would list it)
+            repository = "/".join(parts[:nested]) + "/" if nested else ".git"  # `.git`: at the workspace itself
             if repository not in repositories:
                 repositories.add(repository)
                 judged.append(Judged(repository, "a repository of its own: committed, it would be a gitlink (a "
                                                  "submodule entry)"))  # fmt: skip
+            continue
+        holder = _repository_above(overlay, parts)
+        if holder is not None:  # inside a submodule's or a nested repository's worktree: never the kernel's to land
+            if holder not in repositories:
+                repositories.add(holder)
+                judged.append(Judged(holder, "inside a repository of its own (a submodule or a nested repository):"
+                                             " the kernel's commit never changes one"))  # fmt: skip
             continue
         if change.kind == "special":
             judged.append(Judged(change.path, "a special file (a fifo, a socket, a device): never landed"))
@@ -252,6 +259,16 @@ def judge_overlay(changes: Sequence[OverlayChange], overlay: WorktreeOverlay, po
             places_judged = [_judge_link_target(policy, overlay.worktree, change.path, change.target)]
         judged.extend(places_judged)
     return judged
+
+
+def _repository_above(overlay: WorktreeOverlay, parts: list[str]) -> str | None:
+    """The nearest directory above a changed path that holds a `.git` in the worktree (a submodule, a nested
+    repository): its path, or None."""
+    for depth in range(len(parts) - 1, 0, -1):
+        holder = "/".join(parts[:depth])
+        if os.path.lexists(os.path.join(overlay.worktree, holder, ".git")):
+            return holder
+    return None
 
 
 def _judge_overlay_place(policy: Policy, top: str, path: str) -> Judged:

@@ -292,7 +292,7 @@ class SandboxConfig(_Strict):
     # `overlay`: the worktree is a copy-on-write overlay whose upper layer is exactly what the agent changed, judged
     # and applied at each task boundary (a write rule grants exactly its paths, a new file's included); `bind`:
     # the directories write rules open are bound writable, the change set read from git (harness/_overlay.py).
-    worktree: Literal["overlay", "bind"] = "bind"
+    worktree: Literal["overlay", "bind"] = "overlay"
     # Paths outside the worktree the agent may not even read: each is replaced by an empty read-only one
     # (the control server hides the other workspaces and its own state this way).
     hide: list[Path] = Field(default_factory=list)

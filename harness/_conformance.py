@@ -205,8 +205,8 @@ class Conformance:
             },
             "transcripts": str(self.root / "transcripts"),
         }
-        if self.sandbox is not None:
-            data["sandbox"] = {"mode": self.sandbox}
+        # directory binds, not the overlay: the probes watch the real tree change while the turn runs
+        data["sandbox"] = {"worktree": "bind", **({"mode": self.sandbox} if self.sandbox is not None else {})}
         return parse_config(data, base_dir=self.root)
 
     async def _probe(

@@ -205,7 +205,8 @@ class Kernel:
             return agent
         if prompt is not None:
             run.transcript.record(RecordType.TASK_START, task={"id": None, "title": "single prompt"})
-            return (await run.session(agent, prompt, task=None))[0]
+            stop = (await run.session(agent, prompt, task=None))[0]
+            return await run.land_prompt(agent, stop)  # a prompt's changes land as a task's do
         return await run.drain(agent, tasks, only=task_id)
 
     def _finish(self, run: Run, stop: Stop, tasks: list[TaskResult]) -> RunResult:

@@ -698,6 +698,36 @@ class Run:
             return self._refuse_changes(result, reason)
         return None
 
+    async def land_prompt(self, agent: Agent, stop: Stop) -> Stop:
+        """A single prompt's changes, with an overlay: judged and applied when it ended EndTurn, set aside
+        otherwise or when one path is refused (then the run ends BlockedPolicy). Without one, `stop` as it is.
+        On the interactive path (no rules) a person answered each request: what the turn did lands unjudged,
+        as it would have without the overlay."""
+        overlay = self._overlay
+        if overlay is None:
+            return stop
+        await agent.link.session_closed()  # what it wrote as the session closed is in the upper layer now
+        try:
+            changes = overlay.task_changes()
+            judged = judge_overlay(changes, overlay, self.policy) if changes and not self.policy.interactive else []
+            reason = refusal_reason(judged)
+        except (OverlayUnreadable, OSError) as exc:
+            return Stop(Terminal.BLOCKED_POLICY, unreadable_reason(f"{type(exc).__name__}: {exc}"))
+        if stop.terminal is not Terminal.END_TURN or reason is not None:
+            aside = self._set_aside(changes, "prompt")
+            if reason is None:
+                return Stop(stop.terminal, {**stop.reason, "set_aside": aside}) if aside else stop
+            for entry in reason["paths"]:
+                self.transcript.record(RecordType.POLICY, source="change", decision="refuse",
+                                       rule_ids=entry.get("rule_ids", []), outcome="refused", path=entry["path"],
+                                       reason={"kind": "change", "why": entry["why"]})  # fmt: skip
+            return Stop(Terminal.BLOCKED_POLICY, {**reason, "set_aside": aside})
+        try:
+            overlay.apply(changes)
+        except OSError as exc:
+            return Stop(Terminal.BLOCKED_POLICY, unreadable_reason(f"the changes could not all be applied: {exc}"))
+        return stop
+
     def _keep_unlanded(self, result: TaskResult) -> None:
         """A task that ended otherwise than Completed lands nothing: with an overlay, what it changed is set
         aside for a person (the reason says where) and the worktree stays as it was."""

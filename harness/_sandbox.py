@@ -10,12 +10,15 @@ command the kernel runs for it start under `bwrap` with a view derived from the 
     /dev, /proc            fresh; its own pid namespace, so the kernel's processes and environment are unseen
     HOME, TMPDIR           private to the run (or the ones the config names), writable; every other run's
                            directory is hidden (an empty directory over the runs' common parent)
-    the worktree           read-only; in `workspace-write` mode writable where a write rule allows
+    the worktree           `workspace-write` with `worktree: overlay` (the default): a copy-on-write overlay whose
+                           upper layer is the task's change set, judged and applied at the boundary
+                           (harness/_overlay.py); with `bind`: read-only, writable where a write rule allows;
+                           `read-only`: read-only
     protected paths        read-only again on top: `.git` (and a `gitdir:` target), every nested `.git`, what
                            looks like a bare repository, the run's own files, `policy.protected_paths`, paths
                            a write-deny rule matches
     read-deny matches      masked: an empty file, or an empty read-only directory
-    the masks' ancestors   inside a writable root, each directory between it and a read-only or masked path is
+    the masks' ancestors   (bind) inside a writable root, each directory between it and a read-only or masked path is
                            a mount point of its own: a rename of it fails (EBUSY), so no mask or read-only
                            mount can be carried away with its parent
     host Unix sockets      masked (an empty file: connect() is refused) unless `sandbox.sockets` names them:

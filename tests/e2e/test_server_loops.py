@@ -418,21 +418,21 @@ def test_transcripts_of_later_sessions_and_the_repository_behind_a_linked_worktr
         linked = tmp_path / "linked"
         repository.git("worktree", "add", "-q", "-b", "side", str(linked))
         assert client.post("/api/workspaces", json={"path": str(linked), "policy": POLICY}).status_code == 201
-        wait = "for i in $(seq 600); do [ -e out/go ] && break; sleep 0.1; done"
+        # the signal outside the worktree: an overlay shows the agent the worktree as its run found it
+        wait = f"for i in $(seq 600); do [ -e {tmp_path}/go ] && break; sleep 0.1; done"
         look = {"tasks": [{"turns": [turn(
             {"run": {"script": f"{wait}; ls -R {server.state}"}},
             {"run": {"script": f"ls -A {repository.path}/.git; git -C {repository.path} log --oneline | head -3"}},
             {"run": {"script": f"cat {linked}/README.md"}},
         )]}]}  # fmt: skip
-        hostile, id_h = setup_workspace(client, tmp_path, look, tasks=TASKS[:1], name="h")
+        _, id_h = setup_workspace(client, tmp_path, look, tasks=TASKS[:1], name="h")
         client.put(f"/api/workspaces/{id_h}/agent/autonomy", json={"active": True})
         wait_for(client, id_h, lambda s: s["state"] == "running" and s.get("task") == "T1")
 
         _, id_b = setup_workspace(client, tmp_path, WRITES, name="later")
         client.put(f"/api/workspaces/{id_b}/agent/autonomy", json={"active": True})
         assert wait_for(client, id_b, lambda s: s["state"] == "ended")["terminal"] == "Idle"
-        (hostile.path / "out").mkdir(exist_ok=True)
-        (hostile.path / "out" / "go").write_text("")
+        (tmp_path / "go").write_text("")
         wait_for(client, id_h, lambda s: s["state"] == "ended")
         transcript = Path(client.get(f"/api/workspaces/{id_h}/sessions").json()["sessions"][0]["transcript"])
 

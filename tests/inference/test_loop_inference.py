@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import jsonschema
 import psutil
@@ -265,7 +266,9 @@ def test_tight_budgets_stop_the_real_model_with_their_stop_code(
     assert (result.reason["stop_code"], result.reason["current"], result.reason["limit"]) == (code, current, limit)
     assert result.reason["source"] == "file"
     if code == "FILE_CHANGE_LIMIT":  # the second file was written, and the budget saw it at once
-        assert sorted(p.name for p in (workspace.path / "out").iterdir()) == ["a.txt", "b.txt"]
+        aside = result.reason.get("set_aside")  # the overlay: a stopped task lands nothing, its files set aside
+        written = Path(aside) / "files" / "out" if aside else workspace.path / "out"
+        assert sorted(p.name for p in written.iterdir()) == ["a.txt", "b.txt"]
 
 
 def test_the_inference_agent_passes_the_conformance_check(harness_model, tmp_path, inference_agent_threads):

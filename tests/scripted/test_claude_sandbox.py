@@ -73,13 +73,15 @@ def claude_home(root: Path) -> Path:
     return home
 
 
-def claude_run(tmp_path: Path, script: Path, mode: str) -> tuple[dict, list[dict], FakeMessages]:
+def claude_run(tmp_path: Path, script: Path, mode: str, *, command: str = COMMAND, rules: list | None = None,
+               sandbox: dict | None = None) -> tuple[dict, list[dict], FakeMessages]:  # fmt: skip
     outside = tmp_path / "outside.txt"
     ws = make_workspace(tmp_path / "ws", files={"tools/escape.py": ESCAPE.format(outside=str(outside)),
                                                 "src/keep.txt": "kept\n"})  # fmt: skip
-    with FakeMessages([[bash(COMMAND)], [text("all done")]]) as api:
+    with FakeMessages([[bash(command)], [text("all done")]]) as api:
         home = claude_home(tmp_path)
-        config = loop_config(ws, tmp_path / "unused.yaml", rules=RULES, sandbox={"mode": mode}, commit={},
+        box = {"mode": mode, **(sandbox or {})}
+        config = loop_config(ws, tmp_path / "unused.yaml", rules=rules or RULES, sandbox=box, commit={},
                              transcripts=str(tmp_path / "transcripts"))  # fmt: skip
         config["agent"] = {"command": [shutil.which("node") or "node", str(script)],
                            "supports_permission_requests": True,
@@ -155,3 +157,27 @@ def test_claude_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path
     finally:  # the off case wrote outside the worktree: leave nothing behind
         outside.unlink(missing_ok=True)
         hook.unlink(missing_ok=True)
+
+
+HELLO = "echo hello > hello.txt"
+HELLO_RULES = [RULES[0], {"id": "hello", "kind": "write", "paths": ["hello.txt"], "decision": "allow"},
+               {"id": "echo", "kind": "execute", "commands": ["echo hello"], "decision": "allow"},
+               RULES[3]]  # fmt: skip
+
+
+@pytest.mark.parametrize("worktree", ["overlay", "bind"])
+def test_a_rule_for_one_new_file_lets_claude_write_it(tmp_path, claude_acp, worktree):
+    """Issue 30's table, fourth row, with the real adapter: `write hello.txt`, the file not there. With the
+    copy-on-write worktree Claude Code's command writes it and the kernel commits it; with directory binds the
+    OS refused it (Read-only file system) and the run still ended Idle with nothing done."""
+    report, records, api = claude_run(tmp_path, claude_acp, "workspace-write", command=HELLO, rules=HELLO_RULES,
+                                      sandbox={"worktree": worktree})  # fmt: skip
+    why = diagnose(report, records, api)
+    assert report["terminal"] == "Idle" and len(api.turns()) == 2, why
+    hello = tmp_path / "ws/workspace/hello.txt"
+    if worktree == "bind":
+        assert "Read-only file system" in api.outputs()[0] and not hello.exists(), why
+        return
+    assert hello.read_text() == "hello\n", why
+    committed = [r for r in records if r["type"] == "commit"]
+    assert committed and committed[0]["committed"] is True, why

@@ -79,13 +79,15 @@ env_key = "FAKE_MODEL_KEY"
     return home
 
 
-def codex_run(tmp_path: Path, binary: Path, mode: str) -> tuple[dict, list[dict], FakeResponses]:
+def codex_run(tmp_path: Path, binary: Path, mode: str, *, command: str = COMMAND, rules: list | None = None,
+              sandbox: dict | None = None) -> tuple[dict, list[dict], FakeResponses]:  # fmt: skip
     outside = tmp_path / "outside.txt"
     ws = make_workspace(tmp_path / "ws", files={"tools/escape.py": ESCAPE.format(outside=str(outside)),
                                                 "src/keep.txt": "kept\n"})  # fmt: skip
-    with FakeResponses([[shell_call(COMMAND)], [message("all done")]]) as api:
+    with FakeResponses([[shell_call(command)], [message("all done")]]) as api:
         home = codex_home(tmp_path, api.url)
-        config = loop_config(ws, tmp_path / "unused.yaml", rules=RULES, sandbox={"mode": mode}, commit={},
+        box = {"mode": mode, **(sandbox or {})}
+        config = loop_config(ws, tmp_path / "unused.yaml", rules=rules or RULES, sandbox=box, commit={},
                              transcripts=str(tmp_path / "transcripts"))  # fmt: skip
         config["agent"] = {"command": [str(binary)], "supports_permission_requests": True,
                            "env": {"HOME": str(home), "CODEX_HOME": str(home / ".codex"),
@@ -155,3 +157,27 @@ def test_codex_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path,
     finally:  # the off case wrote outside the worktree: leave nothing behind
         outside.unlink(missing_ok=True)
         hook.unlink(missing_ok=True)
+
+
+HELLO = "echo hello > hello.txt"
+HELLO_RULES = [RULES[0], {"id": "hello", "kind": "write", "paths": ["hello.txt"], "decision": "allow"},
+               {"id": "echo", "kind": "execute", "commands": ["echo hello"], "decision": "allow"},
+               RULES[3]]  # fmt: skip
+
+
+@pytest.mark.parametrize("worktree", ["overlay", "bind"])
+def test_a_rule_for_one_new_file_lets_codex_write_it(tmp_path, codex_acp, worktree):
+    """Issue 30's table, fourth row, with the real adapter: `write hello.txt`, the file not there. With the
+    copy-on-write worktree Codex's command writes it and the kernel commits it; with directory binds the OS
+    refused it (Read-only file system) and the run still ended Idle with nothing done."""
+    report, records, api = codex_run(tmp_path, codex_acp, "workspace-write", command=HELLO, rules=HELLO_RULES,
+                                     sandbox={"worktree": worktree})  # fmt: skip
+    why = diagnose(report, records, api)
+    assert report["terminal"] == "Idle", why
+    hello = tmp_path / "ws/workspace/hello.txt"
+    if worktree == "bind":
+        assert "Read-only file system" in "".join(api.outputs()) and not hello.exists(), why
+        return
+    assert hello.read_text() == "hello\n", why
+    committed = [r for r in records if r["type"] == "commit"]
+    assert committed and committed[0]["committed"] is True, why

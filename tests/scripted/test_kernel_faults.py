@@ -80,7 +80,9 @@ def test_a_disk_the_agent_filled_ends_the_run_failed_with_a_complete_transcript(
     chatter = [{"message": f"still here {i}: " + "x" * 4000} for i in range(100)]
     fill = {"run": {"script": "head -c 100M /dev/zero > src/fill; df -k ."}}
     path = write_yaml(disk / "scenario.yaml", scenario({"T1": [turn(fill, *chatter)]}))
-    write_yaml(disk / "loop.yaml", loop_config(ws, path, sandbox=SANDBOX, transcripts=str(disk / "transcripts")))
+    # directory binds: the agent's writes land on this disk (an overlay's upper layer lives in the run's directory)
+    write_yaml(disk / "loop.yaml", loop_config(ws, path, sandbox={**SANDBOX, "worktree": "bind"},
+                                               transcripts=str(disk / "transcripts")))  # fmt: skip
     (disk / "tmp").mkdir()
     disk.rename(seed)  # the tree is copied onto the small disk, mounted where it was made
     disk.mkdir()

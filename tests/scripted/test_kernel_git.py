@@ -171,9 +171,10 @@ def test_the_kernels_git_never_recurses_into_a_submodule_an_earlier_run_left(tmp
     assert origin(ws, "rev-parse", "main:src/evil").decode().strip() == gitlink
     # issue 30: a change inside a submodule is one the kernel never commits: refused, nothing of the task lands
     assert report["terminal"] == "BlockedPolicy", report
-    assert [(p["path"], p["why"]) for p in report["reason"]["paths"]] == [
-        ("src/evil", "a submodule (gitlink): the kernel's commit never changes one")
-    ]
+    overlay = mode != "off"  # the overlay names the repository the change is in; git's status, the gitlink
+    why = ("inside a repository of its own (a submodule or a nested repository): the kernel's commit never changes"
+           " one") if overlay else "a submodule (gitlink): the kernel's commit never changes one"  # fmt: skip
+    assert [(p["path"], p["why"]) for p in report["reason"]["paths"]] == [("src/evil", why)]
     assert "src/ok.txt" not in pushed_tree(ws) and not commit_records(records)
 
 
@@ -299,9 +300,12 @@ def test_what_the_agent_staged_itself_is_not_committed(tmp_path, sandbox):
     # issue 30: the gitlink it staged is a refused change (the staged secret is not the task's: it was there,
     # ignored, when the task started): the task ends BlockedPolicy and nothing of it is committed or pushed
     assert report["terminal"] == "BlockedPolicy", report
+    overlay = sandbox["mode"] != "off" and sandbox.get("worktree", "overlay") == "overlay"
     assert [(p["path"], p["why"]) for p in report["reason"]["paths"]] == [
-        ("src/evil", "a submodule (gitlink): the kernel's commit never changes one")
-    ]
+        ("src/evil/", "a repository of its own: committed, it would be a gitlink (a submodule entry)")
+        if overlay
+        else ("src/evil", "a submodule (gitlink): the kernel's commit never changes one")
+    ]  # the overlay sees the repository it made; git's status, the gitlink it staged
     assert set(pushed_tree(ws)) == {"README.md", ".gitignore"} and not commit_records(records)
 
 
@@ -324,8 +328,12 @@ echo '* filter=x' > .gitattributes && echo more > more.txt"""
 
     report, records = run(tmp_path, ws, {"T1": script}, mode, rules=rules, workspace=ws.path / "app")
 
-    assert report["terminal"] == "Idle", report
     nothing_leaked(tmp_path, pushed, filtered)
+    if mode != "off":  # the overlay: a `.git` written at the workspace is a protected path, never landed
+        assert report["terminal"] == "BlockedPolicy", report
+        assert report["reason"]["paths"][0]["path"] == ".git" and "agent" not in ws.pushed_log()
+        return
+    assert report["terminal"] == "Idle", report
     assert "agent" not in ws.pushed_log()
     assert commit_records(records)["T1"].get("pushed") is True, records
 

@@ -224,7 +224,10 @@ def test_usage_reported_only_by_usage_update_reaches_the_task_result(scripted_sc
     assert result.tasks[1].tokens is None  # T1's figures are not carried into T2's session
 
 
-STRAY_ON_CLOSE = [{"sleep": 0.5}, {"run": {"script": "echo stray > src/stray.txt"}}]  # after the kernel's bookkeeping
+#: directory binds, where the boundary may keep the git read taken while the agent closed the session
+BIND = {"mode": "workspace-write", "worktree": "bind"}
+#: after the kernel's bookkeeping
+STRAY_ON_CLOSE = [{"sleep": 0.5}, {"run": {"script": "mkdir -p src && echo stray > src/stray.txt"}}]
 
 
 def test_the_boundary_waits_for_the_close_answer_and_sees_what_the_agent_wrote_while_closing(
@@ -253,7 +256,9 @@ def test_the_boundary_keeps_the_git_read_taken_while_the_agent_closed_only_when_
 ):
     """The boundary reads git while the agent closes the last session; with no event in the worktree or the
     repository until the close is answered, that read is the boundary's (the transcript says so)."""
-    result = run_loop(harness_config(two_reading_tasks(scripted_scenario), tasks=[{"id": "T1"}, {"id": "T2"}]))
+    result = run_loop(
+        harness_config(two_reading_tasks(scripted_scenario), tasks=[{"id": "T1"}, {"id": "T2"}], sandbox=BIND)
+    )  # an overlay's changes land after the close: no early read
 
     assert (result.terminal, [t.id for t in result.tasks]) == (Terminal.IDLE, ["T1", "T2"])
     boundaries = [r for r in read_transcript(result.transcript) if r["type"] == "preconditions"]

@@ -33,6 +33,16 @@ pytestmark = LOOP_SCRIPTED
 
 CLI = str(Path(sys.executable).parent / "loop-harness")
 MODES = ["workspace-write", "off"]
+
+
+def box(mode: str) -> dict[str, str]:
+    """The sandbox config for a mode: `workspace-write` with directory binds (what these tests pin: the OS
+    refuses a write no rule names), `overlay` with the copy-on-write worktree (judged at the boundary)."""
+    if mode == "overlay":
+        return {"mode": "workspace-write", "worktree": "overlay"}
+    return {"mode": mode, "worktree": "bind"} if mode == "workspace-write" else {"mode": mode}
+
+
 RULES = [
     READ_ALL,
     {"id": "no-secrets", "kind": "read", "paths": ["**/secrets/**"], "decision": "deny"},
@@ -112,7 +122,7 @@ def hostile_run(tmp_path: Path, mode: str, via: str, port: int) -> tuple[subproc
     )
     path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(step)]}))
     write_yaml(tmp_path / "role.yaml", {"prompt": "Be careful."})
-    write_yaml(config, loop_config(ws, path, rules=RULES, sandbox={"mode": mode}, transcripts=str(transcripts),
+    write_yaml(config, loop_config(ws, path, rules=RULES, sandbox=box(mode), transcripts=str(transcripts),
                                    role="role.yaml"))  # fmt: skip
     done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "KERNEL_ONLY_MARK": mark})  # fmt: skip
@@ -127,14 +137,20 @@ def outcome(said: str, what: str) -> str:
 
 
 @pytest.mark.parametrize("via", ["agent", "terminal"])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [*MODES, "overlay"])
 def test_an_allowed_program_cannot_write_outside_its_rules_read_masks_or_see_the_kernel(tmp_path, listener, mode, via):
-    _, said, workspace = hostile_run(tmp_path, mode, via, listener)
+    done, said, workspace = hostile_run(tmp_path, mode, via, listener)
 
     on = mode != "off"
     expected = "blocked" if on else "done"
-    for what in ("outside", "git hook", "git config", "nested git", "unruled path", "config", "role", "transcripts"):
+    for what in ("outside", "git hook", "git config", "nested git", "config", "role", "transcripts"):
         assert outcome(said, f"write {what}") == expected, (what, said)
+    # an unruled path in the worktree: the OS refuses it with directory binds; the overlay takes it, and the
+    # boundary refuses the task for it (nothing reaches the tree, as the assert on docs/planted.txt says)
+    assert outcome(said, "write unruled path") == ("done" if mode in ("off", "overlay") else "blocked"), said
+    if mode == "overlay":  # the task lands nothing (refused, or not completed): its changes are set aside
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        assert report["reason"].get("source") == "change" or report["reason"].get("set_aside"), report
     assert outcome(said, "connect") == expected, said
     assert outcome(said, "read secret") == expected, said
     assert outcome(said, "see kernel") == expected, said
@@ -179,7 +195,7 @@ def test_nothing_the_agent_started_outlives_a_killed_kernel(tmp_path, mode):
     ws = make_workspace(tmp_path / "ws")
     path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(*steps)]}))
     transcript = tmp_path / "transcripts" / "run.jsonl"
-    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=RULES, sandbox={"mode": mode}))
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=RULES, sandbox=box(mode)))
     kernel = subprocess.Popen([CLI, "run", str(config), "--transcript", str(transcript)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
@@ -301,7 +317,7 @@ def test_commands_reach_only_the_hosts_a_network_rule_allows_through_the_proxy(t
                           "decision": "allow"},
                  {"id": "local-api", "kind": "network", "hosts": ["localhost"], "decision": "allow"}]  # fmt: skip
         path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(step)]}))
-        config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox={"mode": mode}))
+        config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox=box(mode)))
         done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120)
     finally:
         server.close()
@@ -325,7 +341,7 @@ def test_a_sandboxed_agent_still_reaches_the_host_tools(tmp_path):
     steps = [{"mcp_list": {}}, {"mcp_call": {"tool": "get_issue"}}]
     path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(*steps)]}, **mcp))
     tasks = [{"id": "T1", "title": "Add a greeting", "body": "say hi"}]
-    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, tasks=tasks, sandbox={"mode": "workspace-write"}))
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, tasks=tasks, sandbox=box("workspace-write")))
     done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120)
     transcript = Path(json.loads(done.stdout.strip().splitlines()[-1])["transcript"])
     said = "\n".join(agent_messages(transcript))
@@ -425,7 +441,7 @@ def test_a_search_of_the_tree_is_allowed_and_never_reads_the_masked_files(tmp_pa
              {"id": "grep", "kind": "execute", "commands": ["grep *"], "decision": "allow"}]  # fmt: skip
     step = {"terminal": {"command": "grep", "args": ["-rn", "-e", "TOPSECRET", "-e", "not secret", "."]}}
     path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(step)]}))
-    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox={"mode": mode}))
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox=box(mode)))
     done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     said = "\n".join(agent_messages(Path(report["transcript"])))
@@ -453,7 +469,7 @@ def test_a_gitdir_target_inside_a_writable_worktree_stays_read_only(tmp_path, mo
     path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn({"run": {"script": script}})]}))
     rules = [{"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"},
              {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "allow"}]  # fmt: skip
-    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox={"mode": mode}))
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox=box(mode)))
     done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120)
     said = "\n".join(agent_messages(Path(json.loads(done.stdout.strip().splitlines()[-1])["transcript"])))
     on = mode != "off"
@@ -479,7 +495,7 @@ def test_a_descriptor_the_kernel_inherited_never_reaches_the_agent_or_its_comman
     step = {"run": {"script": "bash tools/fd.sh $PPID"}} if via == "agent" else terminal
     rules = [*RULES, {"id": "probe", "kind": "execute", "commands": ["bash tools/fd.sh self"], "decision": "allow"}]
     path = write_yaml(tmp_path / "scenario.yaml", scenario({"T1": [turn(step)]}))
-    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox={"mode": mode},
+    config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, path, rules=rules, sandbox=box(mode),
                                                             transcripts=str(tmp_path / "runs")))  # fmt: skip
     try:
         done = subprocess.run([CLI, "run", str(config), "--json"], capture_output=True, text=True, timeout=120,

@@ -661,8 +661,9 @@ def test_what_the_kernel_commits_is_what_it_judged_even_if_the_tree_changes_mean
     of what was staged, about one run in two here pushed the denied file and a gitlink (the assertions hold
     either way with it; the swap itself is asserted, so a test that no longer races says so)."""
     rules = [*RULES, {"id": "no-pem", "kind": "write", "paths": ["src/**/*.pem"], "decision": "deny"}]
+    # directory binds: with the overlay the daemon writes only the agent's view, never the tree the kernel adds
     workspace, config = hostile(tmp_path, SWAP_DURING_COMMIT.replace("{nth}", "3"), mode="workspace-write",
-                                rules=rules, commit={"push": True})  # fmt: skip
+                                rules=rules, commit={"push": True}, sandbox={"worktree": "bind"})  # fmt: skip
     report = report_of(run_cli(config, user=False))
     origin = workspace.parent / "origin.git"
     listing = subprocess.run(["git", "--git-dir", str(origin), "ls-tree", "-r", "main"], capture_output=True,
