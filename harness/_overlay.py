@@ -185,12 +185,13 @@ class WorktreeOverlay:
         root = os.open(self.worktree, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             for change in sorted(changes, key=lambda c: (c.kind != "deleted", c.path.count("/"), c.path)):
+                # the entry as it was before it is copied: one the agent changes meanwhile differs from this, so the
+                # next boundary takes it again (a signature read after the copy could hide that change for good)
+                before = os.lstat(self.upper / change.path)
                 _apply_one(root, self.upper, change)
+                self._applied[change.path] = _signature(before)
         finally:
             os.close(root)
-        for change in changes:
-            with contextlib.suppress(OSError):
-                self._applied[change.path] = _signature(os.lstat(self.upper / change.path))
 
     def set_aside(self, changes: list[OverlayChange], destination: Path) -> None:
         """A copy of what the task changed for a person to see (W is left as it was): its files and links under

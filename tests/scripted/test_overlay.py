@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -223,3 +224,65 @@ def _spawn(sandbox, argv: list[str], cwd: Path) -> subprocess.Popen:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+# --- the apply, on an upper layer written as overlayfs writes one ------------------------------------------
+
+
+def _overlay_on(tmp_path: Path, files: dict[str, str]):
+    from harness._overlay import WorktreeOverlay
+
+    worktree = tmp_path / "tree"
+    for name, text in files.items():
+        (worktree / name).parent.mkdir(parents=True, exist_ok=True)
+        (worktree / name).write_text(text)
+    overlay = WorktreeOverlay(str(worktree), tmp_path / "layers")
+    overlay.upper = tmp_path / "upper"
+    overlay.upper.mkdir()
+    return worktree, overlay
+
+
+def test_the_apply_never_writes_into_an_inode_or_through_a_link_the_tree_holds(tmp_path):
+    """The tree holds a file hard-linked to one outside and a symlink to another; the upper layer changes both
+    names: each is written afresh, and neither outside file changes."""
+    outside, other = tmp_path / "outside.txt", tmp_path / "other.txt"
+    outside.write_text("outside\n")
+    other.write_text("other\n")
+    worktree, overlay = _overlay_on(tmp_path, {"src/keep.txt": "keep\n"})
+    os.link(outside, worktree / "src/linked.txt")
+    os.symlink(other, worktree / "src/pointer.txt")
+    for name in ("src/linked.txt", "src/pointer.txt"):
+        (overlay.upper / name).parent.mkdir(parents=True, exist_ok=True)
+        (overlay.upper / name).write_text("new\n")
+
+    changes = overlay.task_changes()
+    assert [(c.path, c.kind) for c in changes] == [("src/linked.txt", "file"), ("src/pointer.txt", "file")]
+    overlay.apply(changes)
+
+    assert outside.read_text() == "outside\n" and other.read_text() == "other\n"
+    for name in ("src/linked.txt", "src/pointer.txt"):
+        assert (worktree / name).read_text() == "new\n" and not (worktree / name).is_symlink()
+        assert os.stat(worktree / name).st_nlink == 1
+    assert overlay.task_changes() == []  # applied: no longer the next task's change
+
+
+def test_an_opaque_directory_and_a_whiteout_take_away_what_the_tree_held(tmp_path):
+    """A directory replaced whole (opaque: what the tree held beneath it goes, but what the upper layer holds
+    again) and a deletion (a whiteout): what they take away is listed for the judgement, then gone."""
+    worktree, overlay = _overlay_on(tmp_path, {"d/x": "x\n", "d/y": "y\n", "gone/a": "a\n", "gone/b/c": "c\n"})
+    (overlay.upper / "d").mkdir()
+    (overlay.upper / "d/y").write_text("y again\n")
+    os.setxattr(overlay.upper / "d", "user.overlay.opaque", b"y")
+    try:
+        os.mknod(overlay.upper / "gone", 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+    except PermissionError:
+        pytest.skip("a whiteout is a device node: mknod needs CAP_MKNOD here")
+
+    changes = {c.path: c for c in overlay.task_changes()}
+    assert (changes["d"].kind, changes["d"].opaque, changes["gone"].kind) == ("dir", True, "deleted")
+    assert overlay.deleted_beneath(changes["d"], 100) == ["d/x"]
+    assert sorted(overlay.deleted_beneath(changes["gone"], 100)) == ["gone/a", "gone/b/c"]
+    overlay.apply(list(changes.values()))
+
+    assert sorted(os.listdir(worktree / "d")) == ["y"] and (worktree / "d/y").read_text() == "y again\n"
+    assert not (worktree / "gone").exists()
