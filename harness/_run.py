@@ -658,7 +658,11 @@ class Run:
     def _judge_changes(self, result: TaskResult) -> Stop | None:
         """The task's whole change set judged by the policy, as write requests are (`_change_set`): None when
         every change is allowed, else the task ends BlockedPolicy naming the refused paths. A change set that
-        cannot be read (no change meter, its start not read, git unreadable) fails closed the same way."""
+        cannot be read (no change meter, its start not read, git unreadable) fails closed the same way. With an
+        overlay the task's whole change was judged already (`_land_overlay`): only the agent's own commits
+        (`git_writable`) remain to judge, so git is read here only then."""
+        if self._overlay is not None and not self.config.sandbox.git_writable:
+            return None
         meter = self._meter
         try:
             if meter is None or not meter.started:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
-import signal
 import struct
 import sys
 
+_SIGKILL = 9  # not the signal module: importing it costs more than the rest of this program's start
 _CLONE_NEWUSER = 0x10000000
 _NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1): the user namespace that owns a namespace
 #: the namespaces after the two user namespaces, in the order their descriptors come (`_overlay.NAMESPACES`)
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
     child = os.fork()
     if child == 0:  # the first process of the sandbox's pid namespace this program made: the command
         try:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
             os.chdir(cwd)
             os.execvp(command[0], command)
         except OSError as exc:
@@ -126,8 +126,7 @@ def main(argv: list[str]) -> int:
             continue
     if os.WIFSIGNALED(status):  # the command's own end, as the kernel would have seen it outside
         number = os.WTERMSIG(status)
-        if number not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(number, signal.SIG_DFL)
+        libc.signal(number, 0)  # SIG_DFL (Python ignores SIGPIPE, and handles SIGINT itself)
         os.kill(os.getpid(), number)
         return 128 + number
     return os.waitstatus_to_exitcode(status)

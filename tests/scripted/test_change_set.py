@@ -320,17 +320,27 @@ def test_a_long_list_of_refused_paths_is_capped_and_counted(tmp_path):
     nothing_pushed(ws)
 
 
-def test_a_change_set_that_cannot_be_read_fails_closed(scripted_scenario, harness_config, run_loop, monkeypatch):
+@pytest.mark.parametrize("worktree", ["bind", "overlay"])
+def test_a_change_set_that_cannot_be_read_fails_closed(scripted_scenario, harness_config, run_loop, monkeypatch,
+                                                       worktree):  # fmt: skip
     """Today a change meter that could not start skips the caps and lets the task through; the boundary's
-    judgement does not depend on it: what cannot be read is refused."""
+    judgement does not depend on it: what cannot be read is refused (git's status with directory binds, the
+    upper layer with the overlay)."""
+    import harness._overlay as overlay_module
     import harness._run as run_module
 
     def unreadable(*args: Any, **kwargs: Any) -> None:
-        raise pygit2.GitError("index file corrupt")
+        if worktree == "bind":
+            raise pygit2.GitError("index file corrupt")
+        raise overlay_module.OverlayUnreadable("index file corrupt")
 
-    monkeypatch.setattr(run_module, "read_change_set", unreadable)
+    if worktree == "bind":
+        monkeypatch.setattr(run_module, "read_change_set", unreadable)
+    else:
+        monkeypatch.setattr(overlay_module.WorktreeOverlay, "task_changes", unreadable)
     path = scripted_scenario(scenario({"T1": [turn(THINK)]}))
-    result = run_loop(harness_config(path, tasks=[{"id": "T1"}]))
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}], sandbox={"mode": "workspace-write",
+                                                                          "worktree": worktree}))  # fmt: skip
 
     assert result.terminal is Terminal.BLOCKED_POLICY
     assert (result.reason["source"], result.reason["paths"], result.reason["total"]) == ("change", [], 0)

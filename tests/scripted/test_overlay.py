@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -192,12 +193,19 @@ def test_a_command_joins_the_agents_sandbox_with_no_power(tmp_path):
         finally:
             for fd in fds:
                 os.close(fd)
+        argv, env, fds = sandbox.wrap(["sh", "-c", "kill -TERM $$"], cwd=str(ws.path), env=dict(os.environ))
+        try:  # a command a signal ends: the kernel sees that signal, as it would outside
+            signalled = subprocess.run(argv, env=env, pass_fds=fds, timeout=60, cwd="/")
+        finally:
+            for fd in fds:
+                os.close(fd)
     finally:
         agent.kill()
         agent.wait()
         sandbox.overlay.close()
     out = done.stdout
     assert done.returncode == 7, (done.returncode, out, done.stderr)
+    assert signalled.returncode == -signal.SIGTERM
     assert out.startswith("agent\n"), out  # the agent's write, which only its overlay holds
     assert "CapEff:\t0000000000000000" in out and "CapBnd:\t0000000000000000" in out, out
     assert "sleep" in out and "pytest" not in out and "python" not in out, out  # the agent's processes only
