@@ -74,10 +74,11 @@ def claude_home(root: Path) -> Path:
 
 
 def claude_run(tmp_path: Path, script: Path, mode: str, *, command: str = COMMAND, rules: list | None = None,
+               files: dict[str, str] | None = None,
                sandbox: dict | None = None) -> tuple[dict, list[dict], FakeMessages]:  # fmt: skip
     outside = tmp_path / "outside.txt"
     ws = make_workspace(tmp_path / "ws", files={"tools/escape.py": ESCAPE.format(outside=str(outside)),
-                                                "src/keep.txt": "kept\n"})  # fmt: skip
+                                                "src/keep.txt": "kept\n", **(files or {})})  # fmt: skip
     with FakeMessages([[bash(command)], [text("all done")]]) as api:
         home = claude_home(tmp_path)
         box = {"mode": mode, **(sandbox or {})}
@@ -181,3 +182,33 @@ def test_a_rule_for_one_new_file_lets_claude_write_it(tmp_path, claude_acp, work
     assert hello.read_text() == "hello\n", why
     committed = [r for r in records if r["type"] == "commit"]
     assert committed and committed[0]["committed"] is True, why
+
+
+WRITER = "python3 tools/write.py"
+#: Issue 30's table, the first three rows: the command the policy allows writes, silently, what the write rules
+#: refuse (rules beside read-all, the writer and the model API; the path the change refusal names)
+TABLE = {
+    "deny-glob": ([{"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+                   {"id": "no-keys", "kind": "write", "paths": ["**/*.key"], "decision": "deny"}], "src/new.key"),
+    "narrow-glob": ([{"id": "write-py", "kind": "write", "paths": ["src/*.py"], "decision": "allow"}], "src/run.sh"),
+    "deny-tree-absent": ([{"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
+                          {"id": "no-secrets", "kind": "write", "paths": ["src/secrets/**"], "decision": "deny"}],
+                         "src/secrets/token.txt"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("row", TABLE.values(), ids=TABLE.keys())
+def test_a_silent_write_the_rules_refuse_is_never_committed_by_claude(tmp_path, claude_acp, row):
+    """Issue 30's table with the real adapter: its command (allowed) writes a path the write rules refuse and an
+    allowed one beside it. The task ends BlockedPolicy naming the refused path; nothing reaches the tree or a
+    commit (before the issue the kernel committed both and the run ended Idle)."""
+    extra, refused = row
+    script = f"import os\nos.makedirs(os.path.dirname({refused!r}), exist_ok=True)\nopen({refused!r}, 'w').write('x')\n"
+    rules = [RULES[0], *extra, {"id": "writer", "kind": "execute", "commands": [WRITER], "decision": "allow"}, RULES[3]]
+    report, records, api = claude_run(tmp_path, claude_acp, "workspace-write", command=WRITER, rules=rules,
+                                      files={"tools/write.py": script})  # fmt: skip
+    why = diagnose(report, records, api)
+    assert report["terminal"] == "BlockedPolicy" and report["reason"]["source"] == "change", why
+    assert [p["path"] for p in report["reason"]["paths"]] == [refused], why
+    assert not (tmp_path / "ws/workspace" / refused).exists()
+    assert not [r for r in records if r["type"] == "commit"]
