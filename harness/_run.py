@@ -473,7 +473,9 @@ class Run:
         private = sandbox.home is None and sandbox.tmp is None and not {"HOME", "XDG_CONFIG_HOME"} & set(env)
         if not agent.link.closing or sandbox.mode == "off" or sandbox.git_writable or not private:
             return None
-        if self.git_dir is None or self._overlay is not None:  # an overlay's changes land after the close
+        # with an overlay the worktree changes only when the kernel applies a task, after the close: its writes
+        # are events, so `_boundary_state` reads git again whenever something was applied
+        if self.git_dir is None:
             return None
         meter, repository = self._change_meter(), self._repository_watch()
         if meter is None or meter.events is None or meter.events.blind or repository is None or repository.blind:

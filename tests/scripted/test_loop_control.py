@@ -224,7 +224,7 @@ def test_usage_reported_only_by_usage_update_reaches_the_task_result(scripted_sc
     assert result.tasks[1].tokens is None  # T1's figures are not carried into T2's session
 
 
-#: directory binds, where the boundary may keep the git read taken while the agent closed the session
+#: the sandbox with directory binds (a test says `worktree` where both designs are meant)
 BIND = {"mode": "workspace-write", "worktree": "bind"}
 #: after the kernel's bookkeeping
 STRAY_ON_CLOSE = [{"sleep": 0.5}, {"run": {"script": "mkdir -p src && echo stray > src/stray.txt"}}]
@@ -251,14 +251,14 @@ def test_the_boundary_waits_for_the_close_answer_and_sees_what_the_agent_wrote_w
     assert "git_read" not in boundary  # the read taken while closing missed the write: git was read again
 
 
+@pytest.mark.parametrize("worktree", ["bind", "overlay"])
 def test_the_boundary_keeps_the_git_read_taken_while_the_agent_closed_only_when_nothing_changed(
-    scripted_scenario, harness_config, run_loop
+    scripted_scenario, harness_config, run_loop, worktree
 ):
     """The boundary reads git while the agent closes the last session; with no event in the worktree or the
     repository until the close is answered, that read is the boundary's (the transcript says so)."""
-    result = run_loop(
-        harness_config(two_reading_tasks(scripted_scenario), tasks=[{"id": "T1"}, {"id": "T2"}], sandbox=BIND)
-    )  # an overlay's changes land after the close: no early read
+    path = two_reading_tasks(scripted_scenario)
+    result = run_loop(harness_config(path, tasks=[{"id": "T1"}, {"id": "T2"}], sandbox={**BIND, "worktree": worktree}))
 
     assert (result.terminal, [t.id for t in result.tasks]) == (Terminal.IDLE, ["T1", "T2"])
     boundaries = [r for r in read_transcript(result.transcript) if r["type"] == "preconditions"]
