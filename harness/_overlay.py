@@ -249,12 +249,22 @@ class WorktreeOverlay:
 async def _set_up(pid: int) -> None:
     """Until the sandbox is built: bwrap tells its pid at once, and forks the command only when every mount and
     namespace is in place (`--disable-userns` makes the last user namespace after the mounts)."""
-    children = f"/proc/{pid}/task/{pid}/children"
-    while True:
-        with open(children, encoding="ascii") as listing:  # gone (OSError): bwrap failed, the caller says so
-            if listing.read().strip():
-                return
+    while not _has_child(pid):  # gone (OSError): bwrap failed, the caller says so
         await asyncio.sleep(0.002)
+
+
+def _has_child(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as listing:
+            return bool(listing.read().strip())
+    except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN: every process's parent, read instead
+        os.stat(f"/proc/{pid}")  # raises when bwrap is gone
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            with (contextlib.suppress(OSError, ValueError, IndexError),
+                  open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat_file):  # fmt: skip
+                if int(stat_file.read().rsplit(")", 1)[1].split()[1]) == pid:  # the parent's pid
+                    return True
+        return False
 
 
 def _read_all(fd: int) -> bytes:
