@@ -29,6 +29,7 @@ import pygit2
 from pygit2.enums import FileStatus
 
 from ._overlay import OverlayChange, WorktreeOverlay
+from ._paths import within
 from ._policy import Policy, Verdict
 
 __all__ = [
@@ -256,7 +257,7 @@ def judge_overlay(changes: Sequence[OverlayChange], overlay: WorktreeOverlay, po
             places = gone
         places_judged = [_judge_overlay_place(policy, overlay.worktree, place) for place in places]
         if change.kind == "symlink" and change.target is not None and not any(j.refused for j in places_judged):
-            places_judged = [_judge_link_target(policy, overlay.worktree, change.path, change.target)]
+            places_judged = [_judge_link_target(policy, overlay, change.path, change.target)]
         judged.extend(places_judged)
     return judged
 
@@ -282,14 +283,43 @@ def _judge_overlay_place(policy: Policy, top: str, path: str) -> Judged:
     return Judged(path, None if write.allowed else _refusal("write", write), write.rule_ids)
 
 
-def _judge_link_target(policy: Policy, top: str, path: str, target: str) -> Judged:
-    """Where a symlink leads, by its text: it must stay in the workspace and be a place a write may reach."""
-    where = os.path.normpath(target if os.path.isabs(target) else os.path.join(top, os.path.dirname(path), target))
-    relative = _relative_to(policy, where)
+def _judge_link_target(policy: Policy, overlay: WorktreeOverlay, path: str, target: str) -> Judged:
+    """Where a symlink leads, resolved as the OS will resolve it in the agent's view (each link on the way
+    followed, `..` taken after it): it must stay in the workspace and be a place a write may reach."""
+    where = _resolve_link(overlay, path, target)
+    relative = None if where is None else _relative_to(policy, where)
     if relative is None:
-        return Judged(path, f"it resolves outside the workspace, to {where}")
+        return Judged(path, f"it resolves outside the workspace, to {where or target}")
     verdict = policy.judge_place("write", relative)
     return Judged(path, None if verdict.allowed else _refusal("write", verdict), verdict.rule_ids)
+
+
+def _resolve_link(overlay: WorktreeOverlay, path: str, target: str, hops: int = 40) -> str | None:
+    """The absolute path a symlink at `path` (relative to the worktree) with text `target` leads to: component
+    by component, every link on the way read where the agent sees it (the merged view, else the worktree).
+    None past `hops` links (a loop)."""
+    top, view = overlay.worktree, overlay.view or overlay.worktree
+    pending = target.split("/")
+    current = "/" if os.path.isabs(target) else os.path.join(top, os.path.dirname(path))
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, part)
+        seen = view + candidate[len(top) :] if within(candidate, top) else candidate
+        if os.path.islink(seen):
+            hops -= 1
+            if hops < 0:
+                return None
+            text = os.readlink(seen)
+            pending = [*text.split("/"), *pending]
+            current = "/" if os.path.isabs(text) else current
+            continue
+        current = candidate
+    return current
 
 
 def _relative_to(policy: Policy, where: str) -> str | None:

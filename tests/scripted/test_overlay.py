@@ -294,3 +294,28 @@ def test_an_opaque_directory_and_a_whiteout_take_away_what_the_tree_held(tmp_pat
 
     assert sorted(os.listdir(worktree / "d")) == ["y"] and (worktree / "d/y").read_text() == "y again\n"
     assert not (worktree / "gone").exists()
+
+
+def test_a_symlink_is_judged_where_the_os_will_resolve_it_not_by_its_text(tmp_path):
+    """Links the tree holds and links the task makes are followed before `..`, as the kernel follows them:
+    `../docs/etc/passwd` through a committed `docs/etc -> /etc`, and `d/../../outside.txt` through a link the
+    task made itself (`src/d -> ../docs`), both lead outside though their text reads as inside. A fifo is never
+    landed either."""
+    ws = make_workspace(tmp_path / "ws", files={"src/keep.py": "kept\n", "docs/readme.md": "docs\n"})
+    os.symlink("/etc", ws.path / "docs/etc")
+    ws.git("add", "docs/etc")
+    ws.git("commit", "-qm", "a link out")
+    ws.git("push", "-q")
+    write_docs = {"id": "write-docs", "kind": "write", "paths": ["docs/**"], "decision": "allow"}
+    script = ("ln -s ../docs/etc/passwd src/p.txt && ln -s ../docs src/d && ln -s d/../../outside.txt src/q.txt"
+              " && mkfifo src/pipe && echo ok > src/ok.txt")  # fmt: skip
+
+    report, _, code = run(tmp_path, ws, {"T1": [script]}, rules=[READ_ALL, WRITE_SRC, write_docs], mode="overlay")
+
+    named = {p: e["why"] for p, e in refused(report).items()}
+    assert named == {"src/p.txt": "it resolves outside the workspace, to /etc/passwd",
+                     "src/q.txt": f"it resolves outside the workspace, to {tmp_path / 'ws' / 'outside.txt'}",
+                     "src/pipe": "a special file (a fifo, a socket, a device): never landed"}, named  # fmt: skip
+    assert code == 1 and worktree_status(ws) == ""
+    nothing_pushed_since = pushed_history(ws).split("\n", 1)[0]
+    assert nothing_pushed_since == "a link out"
