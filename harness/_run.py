@@ -685,66 +685,63 @@ class Run:
         """With an overlay: the task's changes (its upper layer) judged, then applied to the worktree whole, or,
         one path refused, set aside beside the transcript and the task ends BlockedPolicy (the worktree as it
         was). None when there is no overlay or everything landed; the git reads and the commit follow as ever."""
-        overlay = self._overlay
-        if overlay is None:
+        if self._overlay is None:
             return None
-        try:
-            changes = overlay.task_changes()
-            reason = refusal_reason(judge_overlay(changes, overlay, self.policy))
-        except (OverlayUnreadable, OSError) as exc:
-            return self._refuse_changes(result, unreadable_reason(f"{type(exc).__name__}: {exc}"))
-        if reason is not None:
-            reason["set_aside"] = self._set_aside(changes, result.id)
-            return self._refuse_changes(result, reason)
-        try:
-            overlay.apply(changes)
-        except OSError as exc:  # what was applied is in the tree: the clean-tree check names it next
-            reason = unreadable_reason(f"{type(exc).__name__}: {exc}")
-            reason["detail"] = f"the task's changes could not all be applied to the worktree: {exc}"
-            return self._refuse_changes(result, reason)
-        return None
+        reason = self._land(result.id, judged=True)
+        return None if reason is None else self._refuse_changes(result, reason)
 
     async def land_prompt(self, agent: Agent, stop: Stop) -> Stop:
         """A single prompt's changes, with an overlay: judged and applied when it ended EndTurn, set aside
         otherwise or when one path is refused (then the run ends BlockedPolicy). Without one, `stop` as it is.
         On the interactive path (no rules) a person answered each request: what the turn did lands unjudged,
         as it would have without the overlay."""
-        overlay = self._overlay
-        if overlay is None:
+        if self._overlay is None:
             return stop
         await agent.link.session_closed()  # what it wrote as the session closed is in the upper layer now
+        if stop.terminal is not Terminal.END_TURN:
+            aside = self._aside_unlanded("prompt")
+            return Stop(stop.terminal, {**stop.reason, "set_aside": aside}) if aside else stop
+        reason = self._land("prompt", judged=not self.policy.interactive)
+        if reason is None:
+            return stop
+        self._record_refused(reason, task=None)
+        return Stop(Terminal.BLOCKED_POLICY, reason)
+
+    def _land(self, name: str, *, judged: bool) -> dict[str, Any] | None:
+        """The overlay's changes since the last landing, judged (unless `judged` is False) and applied to the
+        worktree whole: None when they landed, else the refusal reason (one path refused: the changes set
+        aside under `name`; unreadable; or not all applied, what was is in the tree for the clean-tree check)."""
+        overlay = self._overlay
+        assert overlay is not None
         try:
             changes = overlay.task_changes()
-            judged = judge_overlay(changes, overlay, self.policy) if changes and not self.policy.interactive else []
-            reason = refusal_reason(judged)
+            reason = refusal_reason(judge_overlay(changes, overlay, self.policy)) if judged and changes else None
         except (OverlayUnreadable, OSError) as exc:
-            return Stop(Terminal.BLOCKED_POLICY, unreadable_reason(f"{type(exc).__name__}: {exc}"))
-        if stop.terminal is not Terminal.END_TURN or reason is not None:
-            aside = self._set_aside(changes, "prompt")
-            if reason is None:
-                return Stop(stop.terminal, {**stop.reason, "set_aside": aside}) if aside else stop
-            for entry in reason["paths"]:
-                self.transcript.record(RecordType.POLICY, source="change", decision="refuse",
-                                       rule_ids=entry.get("rule_ids", []), outcome="refused", path=entry["path"],
-                                       reason={"kind": "change", "why": entry["why"]})  # fmt: skip
-            return Stop(Terminal.BLOCKED_POLICY, {**reason, "set_aside": aside})
+            return unreadable_reason(f"{type(exc).__name__}: {exc}")
+        if reason is not None:
+            reason["set_aside"] = self._set_aside(changes, name)
+            return reason
         try:
             overlay.apply(changes)
         except OSError as exc:
-            return Stop(Terminal.BLOCKED_POLICY, unreadable_reason(f"the changes could not all be applied: {exc}"))
-        return stop
+            reason = unreadable_reason(f"{type(exc).__name__}: {exc}")
+            reason["detail"] = f"the changes could not all be applied to the worktree: {exc}"
+            return reason
+        return None
 
     def _keep_unlanded(self, result: TaskResult) -> None:
         """A task that ended otherwise than Completed lands nothing: with an overlay, what it changed is set
         aside for a person (the reason says where) and the worktree stays as it was."""
-        if self._overlay is None:
-            return
+        aside = self._aside_unlanded(result.id) if self._overlay is not None else None
+        if aside and isinstance(result.reason, dict):
+            result.reason = {**result.reason, "set_aside": aside}
+
+    def _aside_unlanded(self, name: str) -> str | None:
+        assert self._overlay is not None
         try:
-            changes = self._overlay.task_changes()
+            return self._set_aside(self._overlay.task_changes(), name)
         except OverlayUnreadable:
-            return
-        if changes and isinstance(result.reason, dict):
-            result.reason = {**result.reason, "set_aside": self._set_aside(changes, result.id)}
+            return None
 
     def _set_aside(self, changes: list[OverlayChange], task_id: str) -> str | None:
         """Where a task's unlanded changes were copied: `<transcript>.aside/<task>/` (None if they could not be)."""
@@ -763,12 +760,17 @@ class Run:
     def _refuse_changes(self, result: TaskResult, reason: dict[str, Any]) -> Stop:
         """The task ends BlockedPolicy for its changes (its `task_end` said how its session ended): one `policy`
         record per refused path named, and the task's result says it. The changes stay in the tree."""
+        self._record_refused(reason, task=result.id)
+        result.terminal, result.reason = Terminal.BLOCKED_POLICY, reason
+        return Stop(Terminal.BLOCKED_POLICY, reason)
+
+    def _record_refused(self, reason: dict[str, Any], *, task: str | None) -> None:
+        """One `policy` record per refused change the reason names (of `task`, when a task's)."""
+        whose = {"task": task} if task else {}
         for entry in reason["paths"]:
             self.transcript.record(RecordType.POLICY, source="change", decision="refuse",
                                    rule_ids=entry.get("rule_ids", []), reason={"kind": "change", "why": entry["why"]},
-                                   outcome="refused", path=entry["path"], task=result.id)  # fmt: skip
-        result.terminal, result.reason = Terminal.BLOCKED_POLICY, reason
-        return Stop(Terminal.BLOCKED_POLICY, reason)
+                                   outcome="refused", path=entry["path"], **whose)  # fmt: skip
 
     async def _run_task(self, agent: Agent, task: Task) -> TaskResult:
         self.position = {"task": task.id, "iteration": 0}

@@ -22,6 +22,16 @@ import pytest
 from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import loop_config, make_workspace, write_yaml
+from tests.scripted.adapter_table import (
+    HELLO,
+    TABLE,
+    WRITER,
+    assert_hello,
+    assert_refused,
+    hello_rules,
+    writer_files,
+    writer_rules,
+)
 from tests.scripted.fake_responses import FakeResponses, message, shell_call
 from tests.scripted.npm_adapters import npm_adapter
 
@@ -160,55 +170,20 @@ def test_codex_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path,
         hook.unlink(missing_ok=True)
 
 
-HELLO = "echo hello > hello.txt"
-HELLO_RULES = [RULES[0], {"id": "hello", "kind": "write", "paths": ["hello.txt"], "decision": "allow"},
-               {"id": "echo", "kind": "execute", "commands": ["echo hello"], "decision": "allow"},
-               RULES[3]]  # fmt: skip
-
-
 @pytest.mark.parametrize("worktree", ["overlay", "bind"])
 def test_a_rule_for_one_new_file_lets_codex_write_it(tmp_path, codex_acp, worktree):
-    """Issue 30's table, fourth row, with the real adapter: `write hello.txt`, the file not there. With the
-    copy-on-write worktree Codex's command writes it and the kernel commits it; with directory binds the OS
-    refused it (Read-only file system) and the run still ended Idle with nothing done."""
-    report, records, api = codex_run(tmp_path, codex_acp, "workspace-write", command=HELLO, rules=HELLO_RULES,
-                                     sandbox={"worktree": worktree})  # fmt: skip
+    """Issue 30's table, fourth row, with the real adapter (see adapter_table.py)."""
+    report, records, api = codex_run(tmp_path, codex_acp, "workspace-write", command=HELLO,
+                                     rules=hello_rules(RULES[0], RULES[3]), sandbox={"worktree": worktree})  # fmt: skip
     why = diagnose(report, records, api)
-    assert report["terminal"] == "Idle", why
-    hello = tmp_path / "ws/workspace/hello.txt"
-    if worktree == "bind":
-        assert "Read-only file system" in "".join(api.outputs()) and not hello.exists(), why
-        return
-    assert hello.read_text() == "hello\n", why
-    committed = [r for r in records if r["type"] == "commit"]
-    assert committed and committed[0]["committed"] is True, why
-
-
-WRITER = "python3 tools/write.py"
-#: Issue 30's table, the first three rows: the command the policy allows writes, silently, what the write rules
-#: refuse (rules beside read-all, the writer and the model API; the path the change refusal names)
-TABLE = {
-    "deny-glob": ([{"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
-                   {"id": "no-keys", "kind": "write", "paths": ["**/*.key"], "decision": "deny"}], "src/new.key"),
-    "narrow-glob": ([{"id": "write-py", "kind": "write", "paths": ["src/*.py"], "decision": "allow"}], "src/run.sh"),
-    "deny-tree-absent": ([{"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"},
-                          {"id": "no-secrets", "kind": "write", "paths": ["src/secrets/**"], "decision": "deny"}],
-                         "src/secrets/token.txt"),
-}  # fmt: skip
+    assert_hello(report, records, "".join(api.outputs()), tmp_path, worktree, why)
 
 
 @pytest.mark.parametrize("row", TABLE.values(), ids=TABLE.keys())
 def test_a_silent_write_the_rules_refuse_is_never_committed_by_codex(tmp_path, codex_acp, row):
-    """Issue 30's table with the real adapter: its command (allowed) writes a path the write rules refuse and an
-    allowed one beside it. The task ends BlockedPolicy naming the refused path; nothing reaches the tree or a
-    commit (before the issue the kernel committed both and the run ended Idle)."""
+    """Issue 30's table, rows 1-3, with the real adapter (see adapter_table.py)."""
     extra, refused = row
-    script = f"import os\nos.makedirs(os.path.dirname({refused!r}), exist_ok=True)\nopen({refused!r}, 'w').write('x')\n"
-    rules = [RULES[0], *extra, {"id": "writer", "kind": "execute", "commands": [WRITER], "decision": "allow"}, RULES[3]]
-    report, records, api = codex_run(tmp_path, codex_acp, "workspace-write", command=WRITER, rules=rules,
-                                      files={"tools/write.py": script})  # fmt: skip
-    why = diagnose(report, records, api)
-    assert report["terminal"] == "BlockedPolicy" and report["reason"]["source"] == "change", why
-    assert [p["path"] for p in report["reason"]["paths"]] == [refused], why
-    assert not (tmp_path / "ws/workspace" / refused).exists()
-    assert not [r for r in records if r["type"] == "commit"]
+    report, records, api = codex_run(tmp_path, codex_acp, "workspace-write", command=WRITER,
+                                     rules=writer_rules(RULES[0], extra, RULES[3]),
+                                     files=writer_files(refused))  # fmt: skip
+    assert_refused(report, records, refused, tmp_path, diagnose(report, records, api))
