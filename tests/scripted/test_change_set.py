@@ -181,6 +181,9 @@ HOSTILE = {
     # a mode change is a change: chmod +x where no write rule allows it, and on a denied name
     "chmod": ({"src/config.key": "k\n"}, ["chmod +x README.md; chmod +x src/config.key"],
               {"README.md": "no write rule allows it", "src/config.key": "write-denied by rule no-keys"}),
+    # a write through a shared mapping (no write(2), no inotify event) to a file no write rule allows
+    "mmap": ({}, ["python3 -c \"import mmap, os; m = mmap.mmap(os.open('README.md', os.O_RDWR), 0); m[0:1] = b'X';"
+                  " m.flush()\""], {"README.md": "no write rule allows it"}),
     # a repository of its own (it would be a gitlink)
     "nested-repo": ({}, [f"mkdir -p src/lib && cd src/lib && git init -q && echo a > f && git add f"
                          f" && git {IDENTITY} commit -qm nested"],
@@ -212,6 +215,8 @@ def test_a_hostile_agent_never_lands_a_denied_path(tmp_path, case, mode):
         return
     if mode == "overlay":  # the tree is never touched by a refused task: what the agent changed is judged
         _assert_overlay_refused(ws, report, code, expected, before)
+        if case is HOSTILE["mmap"]:  # the OS let it through: the upper layer holds it, no event needed
+            assert list(refused(report)) == ["README.md"], report
         return
     landed = {p for p in expected if _landed(ws, p)}
     if mode == "off":
