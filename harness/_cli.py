@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.what == "server":
             from ._bench_server import bench_server
 
-            return bench_server(loops=args.loops, tasks=args.tasks or 100, as_json=args.json)
+            return bench_server(loops=args.loops, tasks=args.tasks or 100, as_json=args.json, idle_s=args.idle_seconds)
         if args.what == "boundary":
             from ._bench_boundary import bench_boundary
 
@@ -137,6 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("what", choices=["kernel", "inference", "changes", "server", "boundary"], help="what to measure")
     bench.add_argument("--loops", type=int, default=4, help="server: loops at once (default 4)")
+    bench.add_argument("--idle-seconds", type=float, default=10.0,
+                       help="server: how long the kept-draining loops' idle cost is measured (default 10)")  # fmt: skip
     bench.add_argument("--tasks", type=int, help="tasks per side (default: kernel 300, inference 3)")
     bench.add_argument("--threads", type=int, default=2, help="inference: CPU threads (default 2)")
     bench.add_argument(

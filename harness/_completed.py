@@ -7,6 +7,9 @@ git directory, the config file and its content (an edited config is a fresh reco
 trigger. A run killed (or blocked) after T1 completed skips T1 on the rerun of the same config, and
 its result says so; a run that drains the queue (`Idle`) clears the record, so the next one starts
 afresh. Delete the file to run them again sooner.
+
+A caller that knows the queue's identity better than a config can (the control server: one workspace,
+one host and queue, whatever else its config says) names the file itself, and keeps it past `Idle`.
 """
 
 from __future__ import annotations
@@ -24,14 +27,20 @@ __all__ = ["CompletedTasks"]
 
 
 class CompletedTasks:
-    def __init__(self, transcripts: Path, *, workspace: Path, git_dir: Path | None, queue: str) -> None:
+    def __init__(self, path: Path, *, forget_when_drained: bool = True) -> None:
+        self.path = path
+        self.forget_when_drained = forget_when_drained  # `Idle` clears the record (a CLI run's queue)
+        self._fd: int | None = None  # opened at the first completion, kept for the run (`close`)
+
+    @classmethod
+    def beside(cls, transcripts: Path, *, workspace: Path, git_dir: Path | None, queue: str) -> CompletedTasks:
+        """A CLI run's record: keyed by the worktree, its repository and the queue as the config writes it."""
         identity = [os.path.realpath(workspace), queue]
         if git_dir is not None:
             with contextlib.suppress(OSError):  # a recreated repository at the same path is another queue
                 identity.append(str(os.stat(git_dir).st_ino))
         key = hashlib.sha256("\0".join(identity).encode()).hexdigest()[:20]
-        self.path = transcripts / ".completed" / f"{key}.jsonl"
-        self._fd: int | None = None  # opened at the first completion, kept for the run (`close`)
+        return cls(transcripts / ".completed" / f"{key}.jsonl")
 
     def load(self) -> dict[str, dict[str, Any]]:
         """Task id -> where and when it completed; empty when nothing was recorded. One JSON line per

@@ -65,6 +65,8 @@ class Kernel:
             again, with the number completed so far in this run (the soak samples and checks there).
         worktree_locked: the caller holds the worktree's lock (harness/_worktree_lock.py) for this run;
             otherwise the run takes it before anything else, and a second loop is refused.
+        completions: a file the caller keys by its own queue identity (the control server) where completed
+            task ids are kept, whatever the provider, and never cleared at `Idle`; the next run skips them.
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class Kernel:
         observer: Callable[[dict[str, Any]], None] | None = None,
         on_task_boundary: Callable[[int], Awaitable[None]] | None = None,
         worktree_locked: bool = False,
+        completions: Path | None = None,
     ) -> None:
         self.config = config
         self.provider = provider or make_provider(config.queue, trigger=config.role.trigger)
@@ -88,6 +91,7 @@ class Kernel:
         self.observer = observer
         self.on_task_boundary = on_task_boundary
         self.worktree_locked = worktree_locked
+        self.completions = completions
         self._controls = Controls()
         self._run: Run | None = None  # the current (or last) run
         self._ended: dict[str, Any] = {}  # the last run's terminal, once it has one
@@ -165,6 +169,7 @@ class Kernel:
             on_task_boundary=self.on_task_boundary,
             remembers=self._remembers,
             worktree_locked=self.worktree_locked,
+            completions=self.completions,
         )
         mode = "prompt" if prompt is not None else "task" if task_id is not None else "queue"
         transcript.record(

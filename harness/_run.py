@@ -187,6 +187,7 @@ class Run:
         on_task_boundary: Callable[[int], Awaitable[None]] | None,
         remembers: bool,
         worktree_locked: bool = False,
+        completions: Path | None = None,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -200,6 +201,7 @@ class Run:
         self.interactive_handler = interactive_handler
         self.on_task_boundary = on_task_boundary
         self.remembers = remembers
+        self.completions = completions  # the caller's own record of completed tasks (the server's)
         self.worktree_locked = worktree_locked  # the caller holds the worktree's lock
         self.state = RunState.NEW
         self.position: dict[str, Any] = {}  # mode, or the current task and iteration
@@ -544,12 +546,14 @@ class Run:
     # --- the queue -----------------------------------------------------------------------------
 
     def _completed_store(self) -> CompletedTasks | None:
+        if self.completions is not None:
+            return CompletedTasks(self.completions, forget_when_drained=False)
         if not self.remembers:
             return None
         # The queue: this config, as written (an edited config is a fresh record), and what it drains.
         written = hashlib.sha256(self.config.model_dump_json(exclude=_NOT_THE_QUEUE).encode()).hexdigest()
         queue = f"{self.config.role.trigger}:{self.config.source or 'inline'}:{written}"
-        return CompletedTasks(self.transcript_path.parent, workspace=self.config.workspace, git_dir=self.git_dir,
+        return CompletedTasks.beside(self.transcript_path.parent, workspace=self.config.workspace, git_dir=self.git_dir,
                               queue=queue)  # fmt: skip
 
     async def drain(self, agent: Agent, tasks: list[TaskResult], *, only: str | None) -> Stop:
@@ -607,7 +611,7 @@ class Run:
                     stop = self._check_git(left_by_task=last.id, state=state, while_closing=while_closing)
                     assert stop is not None
                     return stop
-                if store is not None:
+                if store is not None and store.forget_when_drained:
                     store.clear()  # the queue is drained: the next run of it starts afresh
                 idle = {"kind": "queue_empty", "completed": len(completed)}
                 return Stop(Terminal.IDLE, {**idle, "skipped_completed_earlier": len(skipped)} if skipped else idle)

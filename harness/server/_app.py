@@ -17,7 +17,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -25,12 +24,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .._config import PolicyConfig, QueueConfig, SandboxConfig
 from .._paths import overlaps
 from ._loops import Loop, Loops
 from ._modules import BindingError, agent_section
 from ._pending import Pending
 from ._state import State, StateError, Workspace
+from ._workspace_config import WorkspaceConfigError, merged, sections_of
 
 __all__ = ["create_app"]
 
@@ -111,7 +110,7 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         state.set_autonomy(enabled)
         for loop in list(loops.loops.values()):
             if loop.live and loop.prompt is None and not enabled:
-                loop.kernel.cancel()  # the switch is the operator's stop: autonomous loops end Cancelled
+                loop.stop()  # the switch is the operator's stop: autonomous loops end Cancelled
             if loop.live and loop.pending is not None:
                 loop.pending.rearm()  # seed 002: a countdown follows eligibility, fresh when it returns
         return 200, {"enabled": state.autonomy_enabled}
@@ -120,12 +119,10 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         return 200, {"workspaces": [w.as_json() for w in state.workspaces()]}
 
     async def add_workspace(request: Request) -> tuple[int, Any]:
+        """Register a worktree with the sections of a run config (harness/server/_workspace_config.py)."""
         body = await _json_object(request)
-        unknown = set(body) - {"path", "host", "policy", "sandbox"}
-        if unknown:
-            raise ApiError(422, "invalid", f"unknown keys {sorted(unknown)} (known: path, host, policy, sandbox)",
-                           key=sorted(unknown)[0])  # fmt: skip
-        path = await asyncio.to_thread(_worktree, body.get("path"))  # runs git: off the event loop
+        given, sections = _sections(body, path_required=True)
+        path = await asyncio.to_thread(_worktree, given)  # runs git: off the event loop
         state_dir = os.path.realpath(state.directory)
         if overlaps(path, state_dir):
             raise ApiError(422, "not_a_worktree", f"{path} holds or is inside the server's state directory "
@@ -134,10 +131,53 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
             if path != other.path and overlaps(path, other.path):  # the same path: `workspace_exists`, below
                 raise ApiError(409, "workspace_overlap", f"{path} holds or is inside workspace {other.id} "
                                f"({other.path})", workspace=other.id)  # fmt: skip
-        host = _validated(QueueConfig, body.get("host"), "host") if body.get("host") is not None else None
-        policy = _validated(PolicyConfig, body.get("policy", {}), "policy")
-        sandbox = _validated(SandboxConfig, body["sandbox"], "sandbox") if body.get("sandbox") is not None else None
-        return 201, state.add_workspace(path, host, policy, sandbox).as_json()
+        await asyncio.to_thread(loops.validate, path, sections)
+        return 201, state.add_workspace(path, sections).as_json()
+
+    async def edit_workspace(request: Request) -> tuple[int, Any]:
+        """PUT replaces the config, PATCH replaces the sections it names (`null` drops one): a new version,
+        refused while a session (or a loop waiting to drain again) is live."""
+        workspace = workspace_of(request)
+        body = await _json_object(request)
+        given, sections = _sections(body, path_required=False)
+        if given is not None and os.path.realpath(given) != workspace.path:
+            raise ApiError(422, "invalid", f"a workspace's path is fixed ({workspace.path}): register the other "
+                           "worktree as its own workspace", key="path")  # fmt: skip
+        if request.method == "PATCH":
+            sections = merged(workspace.config, sections)
+        live = loops.live(workspace.id)
+        if live is not None:
+            raise ApiError(409, "session_live", f"session {live.run_id} is live: deactivate or cancel it before "
+                           "editing the config", session=live.run_id)  # fmt: skip
+        await asyncio.to_thread(loops.validate, workspace.path, sections)
+        if loops.live(workspace.id) is not None:  # activated while the config was checked
+            raise ApiError(409, "session_live", "a session started while the edit was checked")
+        return 200, state.edit_workspace(workspace.id, sections).as_json()
+
+    async def delete_workspace(request: Request) -> tuple[int, Any]:
+        workspace = workspace_of(request)
+        live = loops.live(workspace.id)
+        if live is not None or workspace.id in loops.starting:
+            raise ApiError(409, "session_live", f"workspace {workspace.id} has a live session: deactivate it first",
+                           session=live.run_id if live else None)  # fmt: skip
+        state.delete_workspace(workspace.id)
+        loops.forget(workspace.id)
+        return 200, {"deleted": workspace.id}
+
+    async def get_versions(request: Request) -> tuple[int, Any]:
+        workspace = workspace_of(request)
+        return 200, {"version": workspace.version, "versions": state.versions(workspace.id)}
+
+    async def get_completed(request: Request) -> tuple[int, Any]:
+        workspace = workspace_of(request)
+        return 200, await asyncio.to_thread(loops.completed_listing, workspace)
+
+    async def reset_completed(request: Request) -> tuple[int, Any]:
+        """Forget the completed ids (every queue this workspace has drained): the next activation runs them."""
+        workspace = workspace_of(request)
+        if loops.live(workspace.id) is not None:
+            raise ApiError(409, "session_live", "a session is live: its completions are being written")
+        return 200, {"forgotten": await asyncio.to_thread(loops.forget_completed, workspace)}
 
     async def get_workspace(request: Request) -> tuple[int, Any]:
         return 200, state.workspace(request.path_params["workspace_id"]).as_json()
@@ -169,17 +209,25 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         return 200, state.workspace(workspace.id).as_json()
 
     async def put_activation(request: Request) -> tuple[int, Any]:
+        """`{"active": true}` drains the queue to Idle; `{"active": true, "keep_draining": {"every_s": 60}}`
+        keeps the loop past Idle, listing the queue again every so often; `{"active": false}` stops it."""
         workspace = workspace_of(request)
         body = await _json_object(request)
         active = body.get("active")
-        if set(body) != {"active"} or not isinstance(active, bool):
-            raise ApiError(422, "invalid", 'the body is {"active": true|false}', key="active")
+        if not set(body) <= {"active", "keep_draining"} or not isinstance(active, bool):
+            raise ApiError(422, "invalid", 'the body is {"active": true|false} (with "keep_draining": '
+                           '{"every_s": S} to keep draining past Idle)', key="active")  # fmt: skip
+        every_s = _keep_draining(body.get("keep_draining"))
         if active:
-            loop = await loops.activate(workspace)
-            return 200, {"active": True, "session": loop.run_id}
+            live = loops.live(workspace.id)
+            if live is not None and live.prompt is None and live.keep_draining_s != every_s:
+                raise ApiError(409, "session_live", f"session {live.run_id} is live with other options: deactivate "
+                               "it first", session=live.run_id)  # fmt: skip
+            loop = await loops.activate(workspace, every_s)
+            return 200, {"active": True, "session": loop.run_id, "keep_draining": _draining(loop)}
         live = loops.live(workspace.id)
         if live is not None:
-            live.kernel.cancel()
+            live.stop()
         return 200, {"active": False, "session": live.run_id if live else None}
 
     async def get_loop(request: Request) -> tuple[int, Any]:
@@ -189,12 +237,14 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         workspace = workspace_of(request)
         text = await _text_body(request)
         live = _live_or_409(loops, workspace)
+        if live.waiting is not None:
+            raise ApiError(409, "no_live_session", "the loop is waiting for work: no session to steer")
         live.kernel.steer(text)
         return 202, {"queued": True, "pending": len(live.kernel.steering_pending), "session": live.run_id}
 
     async def post_cancel(request: Request) -> tuple[int, Any]:
         live = _live_or_409(loops, workspace_of(request))
-        live.kernel.cancel()
+        live.stop()
         return 202, {"cancelling": True, "session": live.run_id}
 
     async def loop_events(request: Request) -> Response:
@@ -280,16 +330,21 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
     def loop_status(workspace: Workspace) -> dict[str, Any]:
         """session.loop: state, task, iteration, rule ids, terminal and reason, the steering queue."""
         live = loops.live(workspace.id)
+        if live is not None and live.waiting is not None:  # kept draining: between sessions
+            return {"state": "waiting", **live.waiting, "session": live.run_id, "module": live.module,
+                    "version": live.version, **live.ended, "rule_ids": [], "steering": [],
+                    "keep_draining": _draining(live)}  # fmt: skip
         if live is not None:
             status = {k: v.value if isinstance(v, Enum) else v for k, v in live.kernel.status.items()}
-            return {**status, "session": live.run_id, "module": live.module,
-                    "steering": live.kernel.steering_pending}  # fmt: skip
+            return {**status, "session": live.run_id, "module": live.module, "version": live.version,
+                    "steering": live.kernel.steering_pending, "keep_draining": _draining(live)}  # fmt: skip
         history = state.runs(workspace.id)
         if not history:
             return {"state": "new", "session": None, "rule_ids": [], "steering": []}
         last = history[-1]
         return {"state": "ended", "session": last["id"], "module": last["module"], "terminal": last["terminal"],
-                "reason": last["reason"], "tasks": last["tasks"], "rule_ids": [], "steering": []}  # fmt: skip
+                "reason": last["reason"], "tasks": last["tasks"], "version": last["version"], "rule_ids": [],
+                "steering": []}  # fmt: skip
 
     async def page(request: Request) -> Response:
         return HTMLResponse(_PAGE, headers=_PAGE_HEADERS)
@@ -301,6 +356,11 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         Route("/api/workspaces", endpoint(list_workspaces), methods=["GET"]),
         Route("/api/workspaces", endpoint(add_workspace), methods=["POST"]),
         Route("/api/workspaces/{workspace_id}", endpoint(get_workspace), methods=["GET"]),
+        Route("/api/workspaces/{workspace_id}", endpoint(edit_workspace), methods=["PUT", "PATCH"]),
+        Route("/api/workspaces/{workspace_id}", endpoint(delete_workspace), methods=["DELETE"]),
+        Route("/api/workspaces/{workspace_id}/versions", endpoint(get_versions), methods=["GET"]),
+        Route("/api/workspaces/{workspace_id}/completed", endpoint(get_completed), methods=["GET"]),
+        Route("/api/workspaces/{workspace_id}/completed", endpoint(reset_completed), methods=["DELETE"]),
         Route("/api/workspaces/{workspace_id}/agent/binding", endpoint(put_binding), methods=["PUT"]),
         Route("/api/workspaces/{workspace_id}/agent/binding", endpoint(delete_binding), methods=["DELETE"]),
         Route("/api/workspaces/{workspace_id}/agent/autonomy", endpoint(put_activation), methods=["PUT"]),
@@ -371,13 +431,29 @@ async def _text_body(request: Request) -> str:
     return text
 
 
-def _validated(model: type[QueueConfig | PolicyConfig | SandboxConfig], value: Any, key: str) -> dict[str, Any]:
+#: The shortest keep-draining interval: a listing is one host call (GitHub allows 5,000 an hour per token).
+MIN_EVERY_S = 0.2
+
+
+def _keep_draining(value: Any) -> float | None:
+    if value is None or value is False:
+        return None
+    every = value.get("every_s") if isinstance(value, dict) and set(value) == {"every_s"} else None
+    if isinstance(every, bool) or not isinstance(every, int | float) or not MIN_EVERY_S <= every <= 86400:
+        raise ApiError(422, "invalid", f'keep_draining is {{"every_s": S}}, {MIN_EVERY_S} <= S <= 86400',
+                       key="keep_draining")  # fmt: skip
+    return float(every)
+
+
+def _draining(loop: Loop) -> dict[str, float] | None:
+    return {"every_s": loop.keep_draining_s} if loop.keep_draining_s is not None else None
+
+
+def _sections(body: dict[str, Any], *, path_required: bool) -> tuple[str | None, dict[str, Any]]:
     try:
-        return model.model_validate(value).model_dump(mode="json", exclude_defaults=True)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join([key, *(str(part) for part in first["loc"])])
-        raise ApiError(422, "invalid", f"{where}: {first['msg']}", key=where) from None
+        return sections_of(body, path_required=path_required)
+    except WorkspaceConfigError as exc:
+        raise ApiError(422, "invalid", str(exc), key=exc.key) from None
 
 
 def _worktree(value: Any) -> str:

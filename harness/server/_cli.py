@@ -40,14 +40,16 @@ def _handle(args: argparse.Namespace) -> int:
     except StateError as exc:
         print(f"serve: {exc}", file=sys.stderr)
         return 2
+    note = None
     switch = os.environ.get(AUTONOMY_VARIABLE)
-    if switch is not None:
-        try:
-            state.set_autonomy(switch.strip().lower() in ("1", "true", "yes", "on"))
-        except StateError as exc:
-            print(f"serve: {AUTONOMY_VARIABLE}={switch}: {exc}", file=sys.stderr)
-            state.close()
-            return 2
+    if switch is not None:  # a service set up this way starts, switch on, even before any host is connected
+        enabled = switch.strip().lower() in ("1", "true", "yes", "on")
+        state.set_autonomy(enabled, at_start=True)
+        if enabled and not any(w.queue is not None for w in state.workspaces()):
+            note = (
+                f"serve: {AUTONOMY_VARIABLE}={switch}: the switch is on; no workspace has a host connection "
+                "yet, so each activation is refused (no_host_connection) until one is registered with a queue"
+            )
     listener = socket.create_server((args.host, args.port), reuse_port=False)
     # Accepted connections inherit it (Linux): without it a kept-alive client waits ~40 ms per answer on
     # Nagle against delayed ACKs, as uvicorn writes a response's head and body apart.
@@ -55,6 +57,8 @@ def _handle(args: argparse.Namespace) -> int:
     host, port = listener.getsockname()[:2]
     token = "from LOOP_HARNESS_SERVER_TOKEN" if from_environment else f"in {state.directory / 'token'}"
     print(f"serving on http://{host}:{port} (state {state.directory}, token {token})", file=sys.stderr, flush=True)
+    if note is not None:
+        print(note, file=sys.stderr, flush=True)
     hosts = {args.host, "127.0.0.1", "localhost", "[::1]", "::1"}
     app = create_app(state, allow_once_after_s=args.allow_once_after, hosts=frozenset(f"{h}:{port}" for h in hosts))
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)

@@ -3,11 +3,16 @@ and declares whether the agent supports permission requests (seed 000: required 
 
     scripted   {"module": "scripted", "scenario": "/abs/scenario.yaml"}       the declared-turn agent
     inference  {"module": "inference", "seed": 42, "threads": 2}               the local llama.cpp agent
-    codex      {"module": "codex"}      npx @zed-industries/codex-acp            (declares permission requests)
-    claude     {"module": "claude"}     npx @zed-industries/claude-agent-acp     (declares permission requests)
+    codex      {"module": "codex"}      npx @zed-industries/codex-acp@0.16.0          (declares permission requests)
+    claude     {"module": "claude"}     npx @zed-industries/claude-agent-acp@0.23.1   (declares permission requests)
     command    {"module": "command", "command": [...], "supports_permission_requests": bool}   any ACP agent
 
 Every module also takes `env` (variables for the agent). An unknown module or key is a 422 naming it.
+
+The adapters are pinned to the versions the adapter tests run (tests/scripted/test_codex_sandbox.py and
+test_claude_sandbox.py import `ADAPTERS`): an unpinned `npx --yes` would run whatever npm serves that day.
+To run another version, bind `{"module": "command", "command": ["npx", "--yes", "PACKAGE@VERSION"],
+"supports_permission_requests": true}`, or change `ADAPTERS` and run those tests.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODULES", "BindingError", "agent_section"]
+__all__ = ["ADAPTERS", "MODULES", "BindingError", "agent_section"]
 
 MODULES = ("scripted", "inference", "codex", "claude", "command")
-_NPM = {"codex": "@zed-industries/codex-acp", "claude": "@zed-industries/claude-agent-acp"}
+ADAPTERS = {"codex": "@zed-industries/codex-acp@0.16.0", "claude": "@zed-industries/claude-agent-acp@0.23.1"}
 
 
 class BindingError(ValueError):
@@ -52,8 +57,8 @@ def agent_section(binding: dict[str, Any]) -> dict[str, Any]:
         command = [sys.executable, "-m", "harness", "agent", "inference", "--seed", str(seed), "--threads",
                    str(threads)]  # fmt: skip
         permissions = True
-    elif module in _NPM:
-        command, permissions = ["npx", "--yes", _NPM[module]], True
+    elif module in ADAPTERS:
+        command, permissions = ["npx", "--yes", ADAPTERS[module]], True
     else:
         given = binding.get("command")
         if not isinstance(given, list) or not given or not all(isinstance(a, str) and a for a in given):

@@ -14,6 +14,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,17 @@ CREATE TABLE IF NOT EXISTS runs (  -- the session history, keyed by workspace
     reason TEXT,           -- JSON
     tasks TEXT             -- JSON: each task's id, terminal and reason
 );
+CREATE TABLE IF NOT EXISTS versions (  -- every config a workspace has had: a session names the one it ran
+    workspace TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    config TEXT NOT NULL,  -- JSON: the sections, as written
+    at REAL NOT NULL,
+    PRIMARY KEY (workspace, version)
+);
 """
+#: Columns later versions added to the first tables: a state directory from before gains them at open.
+_ADDED = {"workspaces": {"config": "TEXT", "version": "INTEGER NOT NULL DEFAULT 1"},
+          "runs": {"version": "INTEGER", "options": "TEXT"}}  # fmt: skip
 
 
 class StateError(Exception):
@@ -63,17 +74,33 @@ class StateError(Exception):
 class Workspace:
     id: str
     path: str
-    queue: dict[str, Any] | None
-    policy: dict[str, Any]
+    config: dict[str, Any]  # the run config's sections, as written (harness/server/_workspace_config.py)
     created: float
     binding: dict[str, Any] | None = None
     active: bool = False
-    sandbox: dict[str, Any] | None = None
+    version: int = 1  # the config's version: each edit adds one
+
+    @property
+    def queue(self) -> dict[str, Any] | None:
+        return self.config.get("queue")
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        return self.config.get("policy") or {}
+
+    @property
+    def sandbox(self) -> dict[str, Any] | None:
+        return self.config.get("sandbox")
 
     def as_json(self) -> dict[str, Any]:
+        workspace: dict[str, Any] = {"path": self.path}
+        if "commit" in self.config:
+            workspace["commit"] = self.config["commit"]
+        config = {"workspace": workspace, **{k: v for k, v in self.config.items() if k != "commit"}}
         return {"id": self.id, "path": self.path, "host": self.queue, "policy": self.policy,
                 "has_host_connection": self.queue is not None, "binding": self.binding,
-                "active": self.active, "sandbox": self.sandbox}  # fmt: skip
+                "active": self.active, "sandbox": self.sandbox, "config": config,
+                "version": self.version}  # fmt: skip
 
 
 class State:
@@ -101,6 +128,7 @@ class State:
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=FULL")  # an acknowledged change survives a power cut
         connection.executescript(_SCHEMA)
+        _add_columns(connection)
         state = cls(directory, connection, _token(directory))
         state._server_lock = lock
         return state
@@ -117,10 +145,11 @@ class State:
         row = self._db.execute("SELECT value FROM settings WHERE key = 'autonomy'").fetchone()
         return bool(row and json.loads(row[0]))
 
-    def set_autonomy(self, enabled: bool) -> None:
-        """Seed 000: enabling needs a host connection on at least one workspace (a typed 409 otherwise)."""
+    def set_autonomy(self, enabled: bool, *, at_start: bool = False) -> None:
+        """Seed 000: enabling needs a host connection on at least one workspace (a typed 409 otherwise). At
+        start (the environment's switch) it is set anyway: each activation then says what it lacks."""
         with self._lock:
-            if enabled and not any(w.queue is not None for w in self.workspaces()):
+            if enabled and not at_start and not any(w.queue is not None for w in self.workspaces()):
                 raise StateError("no_host_connection", "autonomy needs a host connection on at least one workspace: "
                                  "register one with a queue (memory or github) first")  # fmt: skip
             self._db.execute("INSERT INTO settings VALUES ('autonomy', ?) ON CONFLICT(key) DO UPDATE SET "
@@ -128,20 +157,52 @@ class State:
 
     # --- workspaces ----------------------------------------------------------------------------
 
-    def add_workspace(
-        self, path: str, queue: dict[str, Any] | None, policy: dict[str, Any], sandbox: dict[str, Any] | None = None
-    ) -> Workspace:
-        workspace = Workspace(uuid.uuid4().hex[:12], path, queue, policy, time.time(), sandbox=sandbox)
-        with self._lock:
+    def add_workspace(self, path: str, config: dict[str, Any]) -> Workspace:
+        workspace = Workspace(uuid.uuid4().hex[:12], path, config, time.time())
+        with self._lock, self._db:
             try:
-                self._db.execute("INSERT INTO workspaces (id, path, queue, policy, created, sandbox) VALUES "
-                                 "(?, ?, ?, ?, ?, ?)", (workspace.id, path, _json(queue), json.dumps(policy),
-                                                        workspace.created, _json(sandbox)))  # fmt: skip
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute("INSERT INTO workspaces (id, path, queue, policy, created, sandbox, config, version) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?, 1)", (workspace.id, path, _json(workspace.queue),
+                                 json.dumps(workspace.policy), workspace.created, _json(workspace.sandbox),
+                                 json.dumps(config)))  # fmt: skip
             except sqlite3.IntegrityError:
+                self._db.execute("ROLLBACK")
                 existing = self._db.execute("SELECT id FROM workspaces WHERE path = ?", (path,)).fetchone()
-                raise StateError("workspace_exists", f"{path} is already registered as {existing[0]}",
-                                 workspace=existing[0]) from None  # fmt: skip
+                raise StateError("workspace_exists", f"{path} is already registered as {existing[0]}: edit it "
+                                 "with PUT or PATCH", workspace=existing[0]) from None  # fmt: skip
+            self._db.execute("INSERT INTO versions VALUES (?, 1, ?, ?)", (workspace.id, json.dumps(config),
+                                                                          workspace.created))  # fmt: skip
         return workspace
+
+    def edit_workspace(self, workspace_id: str, config: dict[str, Any]) -> Workspace:
+        """A new version of the workspace's config (the caller has checked no session is live)."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            current = self.workspace(workspace_id)
+            if config == current.config:
+                self._db.execute("ROLLBACK")
+                return current  # the same config again: no new version
+            version = current.version + 1
+            self._db.execute("UPDATE workspaces SET queue = ?, policy = ?, sandbox = ?, config = ?, version = ? "
+                             "WHERE id = ?", (_json(config.get("queue")), json.dumps(config.get("policy") or {}),
+                             _json(config.get("sandbox")), json.dumps(config), version, workspace_id))  # fmt: skip
+            self._db.execute("INSERT INTO versions VALUES (?, ?, ?, ?)", (workspace_id, version, json.dumps(config),
+                                                                          time.time()))  # fmt: skip
+        return self.workspace(workspace_id)
+
+    def delete_workspace(self, workspace_id: str) -> None:
+        """The workspace, its config versions and its session history (its transcripts stay on disk)."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self.workspace(workspace_id)
+            for table, column in (("runs", "workspace"), ("versions", "workspace"), ("workspaces", "id")):
+                self._db.execute(f"DELETE FROM {table} WHERE {column} = ?", (workspace_id,))
+
+    def versions(self, workspace_id: str) -> list[dict[str, Any]]:
+        rows = self._db.execute("SELECT version, config, at FROM versions WHERE workspace = ? ORDER BY version",
+                                (workspace_id,)).fetchall()  # fmt: skip
+        return [{"version": v, "config": json.loads(c), "at": at} for v, c, at in rows]
 
     def workspaces(self) -> list[Workspace]:
         rows = self._db.execute(f"SELECT {_COLUMNS} FROM workspaces ORDER BY created, id")
@@ -162,35 +223,43 @@ class State:
 
     # --- the session history -------------------------------------------------------------------
 
-    def begin_run(self, run_id: str, workspace_id: str, module: str, transcript: str) -> None:
-        self._db.execute("INSERT INTO runs (id, workspace, module, transcript, started) VALUES (?, ?, ?, ?, ?)",
-                         (run_id, workspace_id, module, transcript, time.time()))  # fmt: skip
+    def begin_run(self, run_id: str, workspace_id: str, module: str, transcript: str, *, version: int,
+                  options: dict[str, Any] | None = None) -> None:  # fmt: skip
+        self._db.execute("INSERT INTO runs (id, workspace, module, transcript, started, version, options) VALUES "
+                         "(?, ?, ?, ?, ?, ?, ?)", (run_id, workspace_id, module, transcript, time.time(), version,
+                                                   _json(options)))  # fmt: skip
 
     def end_run(self, run_id: str, terminal: str, reason: dict[str, Any], tasks: list[dict[str, Any]]) -> None:
         self._db.execute("UPDATE runs SET ended = ?, terminal = ?, reason = ?, tasks = ? WHERE id = ?",
                          (time.time(), terminal, json.dumps(reason), json.dumps(tasks), run_id))  # fmt: skip
 
     def runs(self, workspace_id: str) -> list[dict[str, Any]]:
-        rows = self._db.execute("SELECT id, module, transcript, started, ended, terminal, reason, tasks FROM runs "
-                                "WHERE workspace = ? ORDER BY started, id", (workspace_id,)).fetchall()  # fmt: skip
-        keys = ("id", "module", "transcript", "started", "ended", "terminal", "reason", "tasks")
-        return [{k: json.loads(v) if k in ("reason", "tasks") and v is not None else v for k, v in zip(keys, row,
-                 strict=True)} for row in rows]  # fmt: skip
+        rows = self._db.execute("SELECT id, module, transcript, started, ended, terminal, reason, tasks, version, "
+                                "options FROM runs WHERE workspace = ? ORDER BY started, id",
+                                (workspace_id,)).fetchall()  # fmt: skip
+        keys = ("id", "module", "transcript", "started", "ended", "terminal", "reason", "tasks", "version", "options")
+        return [{k: json.loads(v) if k in ("reason", "tasks", "options") and v is not None else v for k, v in
+                 zip(keys, row, strict=True)} for row in rows]  # fmt: skip
 
-    def restarted(self) -> list[str]:
+    def restarted(self, completed: Callable[[str, str], list[dict[str, Any]]]) -> list[str]:
         """At start: every loop persisted active, and every session not ended (a prompt session too), ended
-        `Failed {kind: restarted}`, its workspace inactive; the workspaces whose loop that was (their leftover
-        agents are the caller's to end)."""
+        `Failed {kind: restarted}` with the tasks it completed (`completed(workspace, transcript)`, from the
+        completion record the kernel wrote before acting on each), its workspace inactive; the workspaces whose
+        loop that was (their leftover agents are the caller's to end)."""
         with self._lock:
             active = [row[0] for row in self._db.execute("SELECT id FROM workspaces WHERE active = 1 UNION "
                                                          "SELECT workspace FROM runs WHERE ended IS NULL")]  # fmt: skip
-            self._db.execute("UPDATE runs SET ended = ?, terminal = 'Failed', reason = ? WHERE ended IS NULL",
-                             (time.time(), json.dumps({"kind": "restarted"})))  # fmt: skip
+            cut = self._db.execute("SELECT id, workspace, transcript FROM runs WHERE ended IS NULL").fetchall()
+            for run_id, workspace_id, transcript in cut:
+                tasks = completed(workspace_id, transcript)
+                self._db.execute("UPDATE runs SET ended = ?, terminal = 'Failed', reason = ?, tasks = ? WHERE id = ?",
+                                 (time.time(), _RESTARTED, json.dumps(tasks), run_id))  # fmt: skip
             self._db.execute("UPDATE workspaces SET active = 0 WHERE active = 1")
         return active
 
 
-_COLUMNS = "id, path, queue, policy, created, binding, active, sandbox"
+_RESTARTED = json.dumps({"kind": "restarted"})
+_COLUMNS = "id, path, queue, policy, created, binding, active, sandbox, config, version"
 
 
 def _json(value: Any) -> str | None:
@@ -198,8 +267,18 @@ def _json(value: Any) -> str | None:
 
 
 def _workspace(row: tuple[Any, ...]) -> Workspace:
-    queue, binding, sandbox = (None if value is None else json.loads(value) for value in (row[2], row[5], row[7]))
-    return Workspace(row[0], row[1], queue, json.loads(row[3]), row[4], binding, bool(row[6]), sandbox)
+    queue, binding, sandbox, config = (None if v is None else json.loads(v) for v in (row[2], row[5], row[7], row[8]))
+    if config is None:  # registered before workspaces held a whole config: its three sections then
+        config = {k: v for k, v in (("queue", queue), ("policy", json.loads(row[3])), ("sandbox", sandbox)) if v}
+    return Workspace(row[0], row[1], config, row[4], binding, bool(row[6]), row[9])
+
+
+def _add_columns(connection: sqlite3.Connection) -> None:
+    for table, columns in _ADDED.items():
+        have = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+        for name, kind in columns.items():
+            if name not in have:
+                connection.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
 
 def _token(directory: Path) -> str:

@@ -4,6 +4,7 @@ a screenshot is kept (in $LOOP_HARNESS_ARTIFACTS when set)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -90,3 +91,53 @@ def test_the_page_holds_no_data_and_forbids_framing(server):
         assert client.get("/api/workspaces").status_code == 401
     with server.client(token="", Origin="http://evil.example") as client:
         assert client.get("/").status_code == 403
+
+
+def test_the_page_switches_binds_activates_edits_the_policy_and_deactivates(server, tmp_path):
+    """The operator's path on the page alone: switch autonomy on, bind the agent, activate, see BlockedPolicy,
+    widen the policy, activate again to Idle; then a hanging loop deactivated ends Cancelled."""
+    if BROWSER is None:
+        pytest.fail("no Chromium: `apt-get install chromium` (Debian), or set LOOP_HARNESS_CHROMIUM", pytrace=False)
+    from playwright.sync_api import expect, sync_playwright
+
+    writes = write_yaml(tmp_path / "writes.yaml", {"tasks": [{"turns": [write_turn("src/a.txt", "a\n")]}]})
+    hangs = {"tasks": [{"turns": [turn({"message": "working"}, {"hang": True})]}]}
+    with server.client() as client:
+        ws = make_workspace(tmp_path / "edit", ignore=["src/"])
+        host = {"provider": "memory", "tasks": [{"id": "T1"}]}
+        made = client.post("/api/workspaces", json={"path": str(ws.path), "policy": {"rules": OUT_RULES}, "host": host})
+        edit_id = made.json()["id"]
+        _, hang_id = workspace(client, tmp_path, "hang", hangs, tasks=[{"id": "T1"}])
+        assert client.get("/api/autonomy").json() == {"enabled": False}
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=BROWSER, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(f"{server.url}/#token={server.token}")
+            expect(page.get_by_test_id("autonomy-toggle")).to_have_text("Switch on", timeout=10_000)
+            page.get_by_test_id("autonomy-toggle").click()
+            expect(page.locator("#autonomy")).to_have_text("· autonomy on", timeout=10_000)
+
+            card = page.locator(f"#ws-{edit_id}")
+            card.get_by_test_id("binding-text").fill(f'{{"module": "scripted", "scenario": "{writes}"}}')
+            card.get_by_test_id("bind").click()
+            expect(page.locator("#error")).to_have_text("", timeout=10_000)
+            card.get_by_test_id("activate").click()
+            expect(card.get_by_test_id("terminal")).to_have_text("BlockedPolicy", timeout=30_000)
+
+            widened = {"rules": [*OUT_RULES, {"id": "src", "kind": "write", "decision": "allow", "paths": ["src/**"]}]}
+            card.get_by_test_id("policy-text").fill(json.dumps(widened))
+            card.get_by_test_id("save-policy").click()
+            expect(card.get_by_test_id("version")).to_have_text("config version 2", timeout=10_000)
+            card.get_by_test_id("activate").click()
+            expect(card.get_by_test_id("terminal")).to_have_text("Idle", timeout=30_000)
+
+            hang = page.locator(f"#ws-{hang_id}")
+            hang.get_by_test_id("activate").click()
+            expect(hang.get_by_test_id("task")).to_have_text("T1", timeout=30_000)
+            hang.get_by_test_id("deactivate").click()
+            expect(hang.get_by_test_id("terminal")).to_have_text("Cancelled", timeout=30_000)
+            browser.close()
+
+        assert client.get(f"/api/workspaces/{edit_id}").json()["policy"] == widened
+    assert (ws.path / "src" / "a.txt").read_text() == "a\n"

@@ -25,6 +25,7 @@ import pytest
 
 from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.server._modules import ADAPTERS
 from harness.testing import loop_config, make_workspace, write_yaml
 from tests.scripted.adapter_table import (
     HELLO,
@@ -42,7 +43,7 @@ from tests.scripted.npm_adapters import npm_adapter
 pytestmark = LOOP_SCRIPTED
 
 CLI = str(Path(sys.executable).parent / "loop-harness")
-PACKAGE = "@zed-industries/claude-agent-acp@0.23.1"
+PACKAGE = ADAPTERS["claude"]  # the version the server's claude module pins
 SCRIPT = "node_modules/@zed-industries/claude-agent-acp/dist/index.js"
 COMMAND = "python3 tools/escape.py"
 RULES = [

@@ -21,6 +21,7 @@ import pytest
 
 from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.server._modules import ADAPTERS
 from harness.testing import loop_config, make_workspace, write_yaml
 from tests.scripted.adapter_table import (
     HELLO,
@@ -38,7 +39,7 @@ from tests.scripted.npm_adapters import npm_adapter
 pytestmark = LOOP_SCRIPTED
 
 CLI = str(Path(sys.executable).parent / "loop-harness")
-PACKAGE = "@zed-industries/codex-acp@0.16.0"
+PACKAGE = ADAPTERS["codex"]  # the version the server's codex module pins
 BINARY = "node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp"
 COMMAND = "python3 tools/escape.py"
 RULES = [

@@ -1,0 +1,370 @@
+"""The server runs the unattended queue it exists for (issue 31): a workspace holds a whole run config
+(commit, queue, policy, sandbox, limits, autonomy, role), is edited, versioned and deleted through the API,
+keeps its completed task ids per queue whatever else changes, and can keep draining past Idle."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import read_transcript
+from harness.pytest_plugin import LOOP_E2E
+from harness.testing import OUT_RULES, make_workspace, write_yaml
+from scripted_agents.presets import turn, write_turn
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "scripted"))  # the loopback GitHub the scripted tier uses
+from fakegithub import FakeGitHub
+
+pytestmark = LOOP_E2E
+
+SRC_RULES = [
+    {"id": "read-all", "kind": "read", "decision": "allow", "paths": ["**"]},
+    {"id": "write-src", "kind": "write", "decision": "allow", "paths": ["src/**"]},
+]
+
+
+def wait_for(client, workspace_id, predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
+        if predicate(status):
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"the loop never got there: {status}")
+
+
+def sessions(client, workspace_id):
+    return client.get(f"/api/workspaces/{workspace_id}/sessions").json()["sessions"]
+
+
+def bind(client, workspace_id, scenario: Path) -> None:
+    client.put("/api/autonomy", json={"enabled": True})
+    bound = client.put(f"/api/workspaces/{workspace_id}/agent/binding", json={"module": "scripted",
+                                                                             "scenario": str(scenario)})  # fmt: skip
+    assert bound.status_code == 200, bound.text
+
+
+def origin_log(origin: Path) -> list[str]:
+    done = subprocess.run(["git", "--git-dir", str(origin), "log", "--format=%s", "main"], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return done.stdout.splitlines()
+
+
+def issue_scenario(numbers) -> dict:
+    """Issue N changes the tracked src/app.txt and adds src/issue-N.txt."""
+
+    def steps(n: int) -> list[dict]:
+        app = write_turn("src/app.txt", f"v{n}\n", call_id=f"a{n}")["steps"]
+        return [*app, *write_turn(f"src/issue-{n}.txt", f"{n}\n", call_id=f"b{n}")["steps"]]
+
+    return {"tasks": [{"id": str(n), "turns": [turn(*steps(n))]} for n in numbers]}
+
+
+def test_an_unattended_github_queue_commits_pushes_and_keeps_draining(server_factory, tmp_path):
+    """Done when: through the API alone, a GitHub-backed workspace with commit, limits, budgets and a role
+    drains 3 issues changing tracked files to Idle with three commits pushed, then picks up a 4th assigned
+    afterwards without another activation."""
+    github = FakeGitHub()
+    try:
+        for number in (1, 2, 3):
+            github.add_issue(number, f"issue {number}", assignee="agent")
+        ws = make_workspace(tmp_path / "ws", files={"src/app.txt": "v0\n"})
+        scenario = write_yaml(tmp_path / "scenario.yaml", issue_scenario(range(1, 5)))
+        server = server_factory(env={"FAKE_GITHUB_TOKEN": github.token})  # the host's token: the server's own
+        config = {
+            "workspace": {"path": str(ws.path), "commit": {"message": "{id}: {title}", "push": True}},
+            "queue": {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
+                      "token_env": "FAKE_GITHUB_TOKEN", "on_complete": ["comment", "close"], "max_wait_s": 5},
+            "policy": {"rules": SRC_RULES},
+            "limits": {"max_iterations": 4, "turn_timeout_s": 900},
+            "autonomy": {"budget": {"tool_calls": {"per_segment": 40}}},
+            "role": {"prompt": "You implement the issue you are given."},
+        }  # fmt: skip
+        with server.client() as client:
+            made = client.post("/api/workspaces", json=config)
+            assert made.status_code == 201, made.text
+            workspace_id = made.json()["id"]
+            assert made.json()["config"] == {**config, "workspace": config["workspace"]}
+            assert made.json()["version"] == 1
+            bind(client, workspace_id, scenario)
+            activated = client.put(f"/api/workspaces/{workspace_id}/agent/autonomy",
+                                   json={"active": True, "keep_draining": {"every_s": 0.3}})  # fmt: skip
+            assert activated.status_code == 200, activated.text
+            assert activated.json()["keep_draining"] == {"every_s": 0.3}
+
+            waiting = wait_for(client, workspace_id, lambda s: s["state"] == "waiting")
+            assert waiting["terminal"] == "Idle" and waiting["next_check"] > time.time() - 1
+            first = sessions(client, workspace_id)
+            assert [(s["terminal"], s["version"]) for s in first] == [("Idle", 1)]
+            assert [(t["id"], t["terminal"]) for t in first[0]["tasks"]] == [("1", "Completed"), ("2", "Completed"),
+                                                                               ("3", "Completed")]  # fmt: skip
+            assert origin_log(ws.origin)[:3] == ["3: issue 3", "2: issue 2", "1: issue 1"]
+
+            github.add_issue(4, "issue 4", assignee="agent")  # assigned after the queue drained
+            wait_for(client, workspace_id, lambda s: s["state"] == "waiting" and s["session"] != waiting["session"])
+            assert (
+                client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": False}).status_code == 200
+            )
+            ended = wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+            history = sessions(client, workspace_id)
+        assert [[t["id"] for t in s["tasks"]] for s in history] == [["1", "2", "3"], ["4"]]
+        assert ended["terminal"] == "Idle"
+        assert origin_log(ws.origin)[0] == "4: issue 4"
+        assert (ws.path / "src" / "app.txt").read_text() == "v4\n"
+        closed = sorted(p for m, p, b in github.calls if m == "PATCH" and (b or {}).get("state") == "closed")
+        assert closed == [f"/repos/{github.repo}/issues/{n}" for n in (1, 2, 3, 4)]
+        start = next(r for r in read_transcript(Path(history[0]["transcript"])) if r["type"] == "run_start")
+        values = start["limits"]["values"]
+        assert (values["limits.max_iterations"], values["limits.turn_timeout_s"]) == (4, 900)
+        assert values["autonomy.budget.tool_calls.per_segment"] == 40
+    finally:
+        github.close()
+
+
+def test_a_policy_edit_after_blocked_policy_lets_the_next_activation_pass(server, tmp_path):
+    ws = make_workspace(tmp_path / "ws", files={"src/app.txt": "v0\n"})
+    scenario = write_yaml(tmp_path / "scenario.yaml", issue_scenario([1]))
+    body = {"workspace": {"path": str(ws.path), "commit": {"push": True}},
+            "queue": {"provider": "memory", "tasks": [{"id": "1", "title": "one"}]},
+            "policy": {"rules": OUT_RULES}}  # fmt: skip
+    with server.client() as client:
+        workspace_id = client.post("/api/workspaces", json=body).json()["id"]
+        bind(client, workspace_id, scenario)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        blocked = wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+        assert (blocked["terminal"], blocked["reason"]["kind"]) == ("BlockedPolicy", "policy_refusal")
+
+        edited = client.patch(f"/api/workspaces/{workspace_id}", json={"policy": {"rules": SRC_RULES}})
+        assert edited.status_code == 200, edited.text
+        assert (edited.json()["version"], edited.json()["policy"]) == (2, {"rules": SRC_RULES})
+        assert edited.json()["config"]["workspace"]["commit"] == {"push": True}  # PATCH kept the other sections
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        passed = wait_for(client, workspace_id, lambda s: s["state"] == "ended" and s["session"] != blocked["session"])
+        versions = client.get(f"/api/workspaces/{workspace_id}/versions").json()
+        history = sessions(client, workspace_id)
+    assert (passed["terminal"], passed["version"]) == ("Idle", 2), passed
+    assert [(s["terminal"], s["version"]) for s in history] == [("BlockedPolicy", 1), ("Idle", 2)]
+    assert [v["version"] for v in versions["versions"]] == [1, 2] and versions["version"] == 2
+    assert versions["versions"][0]["config"]["policy"] == {"rules": OUT_RULES}
+    assert origin_log(ws.origin)[0] == "1: one"
+
+
+HANGS = {"tasks": [{"turns": [turn({"message": "working"}, {"hang": True})]}]}
+
+
+def test_a_config_is_edited_only_while_no_session_is_live_and_deleted_when_idle(server, tmp_path):
+    ws = make_workspace(tmp_path / "ws", ignore=["out/"])
+    scenario = write_yaml(tmp_path / "scenario.yaml", HANGS)
+    body = {"path": str(ws.path), "host": {"provider": "memory", "tasks": [{"id": "T1"}]},
+            "policy": {"rules": OUT_RULES}}  # fmt: skip
+    with server.client() as client:
+        workspace_id = client.post("/api/workspaces", json=body).json()["id"]
+        bind(client, workspace_id, scenario)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        running = wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T1")
+        for method in ("PUT", "PATCH"):
+            refused = client.request(method, f"/api/workspaces/{workspace_id}", json={"limits": {"max_iterations": 2}})
+            assert refused.status_code == 409, refused.text
+            assert refused.json()["error"]["kind"] == "session_live"
+            assert refused.json()["error"]["session"] == running["session"]
+        refused = client.delete(f"/api/workspaces/{workspace_id}")
+        assert (refused.status_code, refused.json()["error"]["kind"]) == (409, "session_live")
+        assert client.get(f"/api/workspaces/{workspace_id}").json()["version"] == 1  # nothing changed
+
+        client.post(f"/api/workspaces/{workspace_id}/loop/cancel")
+        wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+        replaced = client.put(f"/api/workspaces/{workspace_id}", json={"queue": body["host"], "limits": {
+            "max_iterations": 2}})  # fmt: skip
+        assert replaced.status_code == 200, replaced.text
+        assert replaced.json()["config"] == {
+            "workspace": {"path": str(ws.path)},
+            "queue": body["host"],
+            "limits": {"max_iterations": 2},
+        }  # PUT replaces: the policy is gone
+        moved = client.put(f"/api/workspaces/{workspace_id}", json={"path": str(tmp_path)})
+        assert (moved.status_code, moved.json()["error"]["key"]) == (422, "path")
+
+        deleted = client.delete(f"/api/workspaces/{workspace_id}")
+        assert deleted.status_code == 200, deleted.text
+        assert client.get(f"/api/workspaces/{workspace_id}").status_code == 404
+        again = client.post("/api/workspaces", json=body)  # the path is free again
+        assert again.status_code == 201 and again.json()["id"] != workspace_id
+
+
+@pytest.mark.parametrize(
+    ("key", "section", "value"),
+    [
+        (
+            "policy.rules.0.decision",
+            "policy",
+            {"rules": [{"id": "r", "kind": "write", "decision": "maybe", "paths": ["**"]}]},
+        ),
+        ("limits.max_iterations", "limits", {"max_iterations": 0}),
+        ("autonomy.budget.tool_calls.per_segment", "autonomy", {"budget": {"tool_calls": {"per_segment": 0}}}),
+        ("commit.author", "workspace", {"commit": {"author": "no address"}}),
+        ("role.tools", "role", {"tools": ["no_such_tool"]}),
+        ("sandbox.worktree", "sandbox", {"worktree": "copy"}),
+    ],
+)
+def test_a_bad_section_is_refused_with_the_key_and_message_the_cli_gives(server, tmp_path, key, section, value):
+    """One config, two front doors: the server's 422 and `loop-harness run`'s error name the same key with
+    the same message, because both call the same validation."""
+    ws = make_workspace(tmp_path / "ws")
+    sections = {section: {"path": str(ws.path), **value} if section == "workspace" else value}
+    run_config = {"workspace": str(ws.path), "agent": {"command": ["true"]}, **sections}
+    path = write_yaml(tmp_path / "loop.yaml", run_config)
+    cli = subprocess.run([sys.executable, "-m", "harness", "run", str(path)], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    with server.client() as client:
+        body = {"path": str(ws.path), **sections} if section != "workspace" else sections
+        refused = client.post("/api/workspaces", json=body)
+        listed = client.get("/api/workspaces").json()["workspaces"]
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert error["key"] == key, error
+    assert cli.returncode == 2, cli.stderr
+    assert error["message"] in cli.stderr, (error["message"], cli.stderr)
+    assert listed == []  # a refused registration changes nothing
+
+
+def test_completed_ids_survive_kill_9_a_restart_and_another_workspaces_registration(server_factory, tmp_path):
+    """T1 completes, the server dies during T2. The history of the killed session lists T1; another workspace
+    registered before re-activating does not make T1 run again; the reset endpoint forgets it."""
+    t1_then_hang = {"tasks": [{"id": "T1", "turns": [write_turn("out/result.txt", "done\n")]},
+                              {"id": "T2", "turns": [turn({"hang": True})]}]}  # fmt: skip
+    ws = make_workspace(tmp_path / "ws", ignore=["out/"])
+    scenario = write_yaml(tmp_path / "scenario.yaml", t1_then_hang)
+    queue = {"provider": "memory", "tasks": [{"id": "T1"}, {"id": "T2"}]}
+    first = server_factory()
+    with first.client() as client:
+        workspace_id = client.post("/api/workspaces", json={"path": str(ws.path), "queue": queue,
+                                                            "policy": {"rules": OUT_RULES}}).json()["id"]  # fmt: skip
+        bind(client, workspace_id, scenario)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T2")
+    first.kill()
+
+    second = server_factory(first.state)
+    with second.client() as client:
+        killed = sessions(client, workspace_id)[0]
+        assert (killed["terminal"], killed["reason"]) == ("Failed", {"kind": "restarted"})
+        assert [(t["id"], t["terminal"]) for t in killed["tasks"]] == [("T1", "Completed")]
+        other = make_workspace(tmp_path / "other")
+        assert client.post("/api/workspaces", json={"path": str(other.path)}).status_code == 201
+        edited = client.patch(f"/api/workspaces/{workspace_id}", json={"limits": {"turn_timeout_s": 600}})
+        assert edited.status_code == 200, edited.text
+        listed = client.get(f"/api/workspaces/{workspace_id}/completed").json()
+        assert [c["id"] for c in listed["completed"]] == ["T1"]
+
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T2")
+        rerun = sessions(client, workspace_id)[1]
+        skipped = [r["task"]["id"] for r in read_transcript(Path(rerun["transcript"])) if r["type"] == "task_skipped"]
+        assert skipped == ["T1"]
+        client.post(f"/api/workspaces/{workspace_id}/loop/cancel")
+        wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+
+        forgotten = client.delete(f"/api/workspaces/{workspace_id}/completed")
+        assert forgotten.json() == {"forgotten": 1}
+        assert client.get(f"/api/workspaces/{workspace_id}/completed").json()["completed"] == []
+
+
+def test_the_switch_variable_on_a_fresh_state_starts_the_server_and_activation_says_why(server_factory, tmp_path):
+    server = server_factory(tmp_path / "fresh", env={"AGENTUP_AUTONOMY_ENABLED": "1"})
+    ws = make_workspace(tmp_path / "ws", ignore=["out/"])
+    scenario = write_yaml(tmp_path / "scenario.yaml", HANGS)
+    with server.client() as client:
+        assert client.get("/api/autonomy").json() == {"enabled": True}
+        workspace_id = client.post("/api/workspaces", json={"path": str(ws.path),
+                                                            "policy": {"rules": OUT_RULES}}).json()["id"]  # fmt: skip
+        client.put(f"/api/workspaces/{workspace_id}/agent/binding", json={"module": "scripted",
+                                                                         "scenario": str(scenario)})  # fmt: skip
+        refused = client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+    assert refused.status_code == 409
+    assert refused.json()["error"]["kind"] == "no_host_connection"
+
+
+OPERATOR_TERMINALS = {
+    "MaxIterations": ({"tasks": [{"id": "T1", "turns": [turn({"message": "still going"}, stop="max_tokens")]}]},
+                      {"limits": {"max_iterations": 2}}, "budget"),
+    "BlockedAwaitingInput": ({"tasks": [{"id": "T1", "turns": [turn({"message": "What should I do?"})]}]},
+                             {"limits": {"standing_answers": 1}}, "no_tool_call"),
+    "BlockedRateLimited": (None, {"queue": {"faults": [{"op": "list_tasks", "signal": "rate_limited", "times": 10,
+                                                        "reset_in_s": 0.01}], "max_retries": 1}}, "rate_limited"),
+    "BlockedHostUnavailable": (None, {"queue": {"faults": [{"op": "list_tasks", "signal": "unavailable",
+                                                            "times": 10}], "max_retries": 1,
+                                                "backoff_base_s": 0.01}}, "host_unavailable"),
+    "BlockedPrecondition": ({"tasks": [{"id": "T1", "turns": [write_turn("stray.txt", "left\n")]}]}, {},
+                            "git_clean_tree"),  # allowed, not committed: it stops T2 from starting
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("terminal", OPERATOR_TERMINALS)
+def test_every_server_level_terminal_is_reached_through_the_api(server, tmp_path, terminal):
+    scenario_data, sections, kind = OPERATOR_TERMINALS[terminal]
+    written = {"tasks": [{"turns": [write_turn("out/r.txt", "r\n")]}]}
+    ws = make_workspace(tmp_path / "ws", ignore=["out/"])
+    scenario = write_yaml(tmp_path / "scenario.yaml", scenario_data or written)
+    queue = {"provider": "memory", "tasks": [{"id": "T1"}, {"id": "T2"}], **sections.pop("queue", {})}
+    rules = [*OUT_RULES, {"id": "stray", "kind": "write", "decision": "allow", "paths": ["stray.txt"]}]
+    with server.client() as client:
+        made = client.post("/api/workspaces", json={"path": str(ws.path), "queue": queue, "policy": {"rules": rules},
+                                                    **sections})  # fmt: skip
+        assert made.status_code == 201, made.text
+        workspace_id = made.json()["id"]
+        bind(client, workspace_id, scenario)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        ended = wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+    assert ended["terminal"] == terminal, ended
+    assert kind in json.dumps(ended["reason"]), ended["reason"]
+
+
+def projection(transcript: Path) -> list[tuple]:
+    """What a run did, without where and when: each record's type, task, tool and terminal."""
+    keep = ("task", "terminal", "tool", "decision", "rule_id", "files", "pushed")
+    out = []
+    for record in read_transcript(transcript):
+        task = record.get("task")
+        fields = {k: record[k] for k in keep if k in record and k != "task"}
+        out.append((record["type"], task["id"] if isinstance(task, dict) else task, json.dumps(fields, sort_keys=True)))
+    return out
+
+
+def test_the_cli_and_the_server_run_one_config_alike(server, tmp_path):
+    """One config, two front doors: `loop-harness run` and the server, fed the same sections on two copies of
+    one repository, write the same records (types, tasks, decisions, commits) and end the same way."""
+    scenario = write_yaml(tmp_path / "scenario.yaml", issue_scenario([1, 2]))
+    sections = {"queue": {"provider": "memory", "tasks": [{"id": "1", "title": "one"}, {"id": "2", "title": "two"}]},
+                "policy": {"rules": SRC_RULES}, "limits": {"max_iterations": 3},
+                "autonomy": {"budget": {"changes": {"files_total": 10}}}, "role": {"prompt": "Be brief."}}  # fmt: skip
+    commit = {"message": "{id}: {title}", "push": True}
+    cli_ws = make_workspace(tmp_path / "cli", files={"src/app.txt": "v0\n"})
+    agent = {"command": [sys.executable, "-m", "scripted_agents", str(scenario)], "supports_permission_requests": True}
+    config = write_yaml(tmp_path / "loop.yaml", {"workspace": {"path": str(cli_ws.path), "commit": commit},
+                                                 "agent": agent, "transcripts": str(tmp_path / "cli-transcripts"),
+                                                 **sections})  # fmt: skip
+    cli = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "--json"], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    by_cli = json.loads(cli.stdout.strip().splitlines()[-1])
+
+    served_ws = make_workspace(tmp_path / "served", files={"src/app.txt": "v0\n"})
+    with server.client() as client:
+        made = client.post("/api/workspaces", json={"workspace": {"path": str(served_ws.path), "commit": commit},
+                                                    **sections})  # fmt: skip
+        assert made.status_code == 201, made.text
+        workspace_id = made.json()["id"]
+        bind(client, workspace_id, scenario)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        ended = wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+        served = sessions(client, workspace_id)[0]
+
+    assert (ended["terminal"], ended["reason"]) == (by_cli["terminal"], by_cli["reason"]) == (
+        "Idle", {"kind": "queue_empty", "completed": 2})  # fmt: skip
+    assert projection(Path(served["transcript"])) == projection(Path(by_cli["transcript"]))
+    assert origin_log(served_ws.origin) == origin_log(cli_ws.origin)
