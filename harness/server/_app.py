@@ -146,11 +146,11 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         if request.method == "PATCH":
             sections = merged(workspace.config, sections)
         live = loops.live(workspace.id)
-        if live is not None:
-            raise ApiError(409, "session_live", f"session {live.run_id} is live: deactivate or cancel it before "
-                           "editing the config", session=live.run_id)  # fmt: skip
+        if live is not None or workspace.id in loops.starting:
+            raise ApiError(409, "session_live", "a session is live or starting: deactivate or cancel it before "
+                           "editing the config", session=live.run_id if live else None)  # fmt: skip
         await asyncio.to_thread(loops.validate, workspace.path, sections)
-        if loops.live(workspace.id) is not None:  # activated while the config was checked
+        if loops.live(workspace.id) is not None or workspace.id in loops.starting:  # activated meanwhile
             raise ApiError(409, "session_live", "a session started while the edit was checked")
         return 200, state.edit_workspace(workspace.id, sections).as_json()
 

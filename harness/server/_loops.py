@@ -180,9 +180,12 @@ class Loops:
             lock = await asyncio.to_thread(_lock_worktree, Path(workspace.path))
             try:  # until the loop's task owns the lock, any failure gives it back
                 config = await asyncio.to_thread(self._config, workspace, agent)
-                # while git was read, the binding or the switch may have changed: start what is asked now or nothing
-                if self.state.workspace(workspace.id).binding != workspace.binding:
+                # while git was read, the binding, config or switch may have changed: start what is asked now or nothing
+                now = self.state.workspace(workspace.id)
+                if now.binding != workspace.binding:
                     raise StateError("binding_changed", "the binding changed while the session was starting")
+                if now.version != workspace.version:
+                    raise StateError("config_changed", "the config was edited while the session was starting")
                 if prompt is None and not self.state.autonomy_enabled:
                     raise StateError("autonomy_disabled", "the server's autonomy switch went off while the loop "
                                      "was starting")  # fmt: skip

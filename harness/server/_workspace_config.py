@@ -75,6 +75,11 @@ def sections_of(body: dict[str, Any], *, path_required: bool) -> tuple[str | Non
                                    f"{', '.join(s for s in SECTIONS if s != 'commit')}, host)")  # fmt: skip
     if path_required and path is None:
         raise WorkspaceConfigError("path", "path must be the absolute path of a git worktree")
+    sandbox = body.get("sandbox")
+    for key in ("home", "tmp"):  # a run config resolves these beside its file; the server has none to offer
+        value = sandbox.get(key) if isinstance(sandbox, dict) else None
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            raise WorkspaceConfigError(f"sandbox.{key}", f"sandbox.{key}: give an absolute path (got {value!r})")
     if isinstance(body.get("role"), str):
         raise WorkspaceConfigError("role", "role: give the role inline (a mapping); a role file is read by the "
                                    "CLI, relative to its config file")  # fmt: skip

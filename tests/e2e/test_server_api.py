@@ -286,3 +286,37 @@ def test_a_token_file_others_can_read_is_refused(server_factory, tmp_path):
     (state / "token").chmod(0o644)
     with pytest.raises(RuntimeError, match="must be the server user's own, mode 0600"):
         server_factory(state)
+
+
+#: The tables as the server before issue 31 made them: workspaces held three sections, runs no version.
+OLD_SCHEMA = """
+CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE workspaces (id TEXT PRIMARY KEY, path TEXT NOT NULL UNIQUE, queue TEXT, policy TEXT NOT NULL,
+    created REAL NOT NULL, binding TEXT, active INTEGER NOT NULL DEFAULT 0, sandbox TEXT);
+CREATE TABLE runs (id TEXT PRIMARY KEY, workspace TEXT NOT NULL REFERENCES workspaces(id), module TEXT NOT NULL,
+    transcript TEXT NOT NULL, started REAL NOT NULL, ended REAL, terminal TEXT, reason TEXT, tasks TEXT);
+"""
+
+
+def test_a_state_directory_from_before_workspace_configs_is_read_and_edited(server_factory, tmp_path):
+    import json
+    import sqlite3
+
+    ws = make_workspace(tmp_path / "ws")
+    state = tmp_path / "old-state"
+    state.mkdir(mode=0o700)
+    with sqlite3.connect(state / "state.db") as db:
+        db.executescript(OLD_SCHEMA)
+        row = (str(ws.path), json.dumps(MEMORY_HOST), json.dumps(POLICY), json.dumps({"mode": "off"}))
+        db.execute("INSERT INTO workspaces VALUES ('w1', ?, ?, ?, 1.0, NULL, 0, ?)", row)
+        db.execute("INSERT INTO runs VALUES ('r1', 'w1', 'scripted', '/t.jsonl', 1.0, 2.0, 'Idle', '{}', '[]')")
+    server = server_factory(state)
+    with server.client() as client:
+        old = client.get("/api/workspaces/w1").json()
+        assert (old["version"], old["config"]) == (1, {"workspace": {"path": str(ws.path)}, "queue": MEMORY_HOST,
+                                                       "policy": POLICY, "sandbox": {"mode": "off"}})  # fmt: skip
+        assert client.get("/api/workspaces/w1/sessions").json()["sessions"][0]["terminal"] == "Idle"
+        edited = client.patch("/api/workspaces/w1", json={"limits": {"max_iterations": 3}})
+        assert edited.status_code == 200, edited.text
+        assert (edited.json()["version"], edited.json()["config"]["limits"]) == (2, {"max_iterations": 3})
+        assert edited.json()["policy"] == POLICY

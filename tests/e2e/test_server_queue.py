@@ -16,6 +16,7 @@ from harness import read_transcript
 from harness.pytest_plugin import LOOP_E2E
 from harness.testing import OUT_RULES, make_workspace, write_yaml
 from scripted_agents.presets import turn, write_turn
+from tests.e2e.test_server_loops import wait_for
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripted"))  # the loopback GitHub the scripted tier uses
 from fakegithub import FakeGitHub
@@ -26,16 +27,6 @@ SRC_RULES = [
     {"id": "read-all", "kind": "read", "decision": "allow", "paths": ["**"]},
     {"id": "write-src", "kind": "write", "decision": "allow", "paths": ["src/**"]},
 ]
-
-
-def wait_for(client, workspace_id, predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
-        if predicate(status):
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"the loop never got there: {status}")
 
 
 def sessions(client, workspace_id):
@@ -368,3 +359,49 @@ def test_the_cli_and_the_server_run_one_config_alike(server, tmp_path):
         "Idle", {"kind": "queue_empty", "completed": 2})  # fmt: skip
     assert projection(Path(served["transcript"])) == projection(Path(by_cli["transcript"]))
     assert origin_log(served_ws.origin) == origin_log(cli_ws.origin)
+
+
+def test_a_waiting_loop_respects_a_rate_limit_and_backs_off_an_outage(server_factory, tmp_path):
+    """Kept draining against a GitHub that answers a listing with a rate limit (retry in 2 s), then an outage:
+    the next listing waits for the reset, the one after an outage waits longer, each failure shows in the
+    status, and the loop goes on to pick up the issue assigned afterwards."""
+    github = FakeGitHub()
+    try:
+        github.add_issue(1, "issue 1", assignee="agent")
+        ws = make_workspace(tmp_path / "ws", files={"src/app.txt": "v0\n"})
+        scenario = write_yaml(tmp_path / "scenario.yaml", issue_scenario([1, 2]))
+        server = server_factory(env={"GITHUB_TOKEN": github.token})
+        host = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent",
+                "max_wait_s": 5}  # fmt: skip
+        with server.client() as client:
+            workspace_id = client.post("/api/workspaces", json={
+                "workspace": {"path": str(ws.path), "commit": {}}, "queue": host,
+                "policy": {"rules": SRC_RULES}}).json()["id"]  # fmt: skip
+            bind(client, workspace_id, scenario)
+            limited = {"status": 403, "headers": {"retry-after": "2"}, "body": {"message": "slow down"}}
+            client.put(f"/api/workspaces/{workspace_id}/agent/autonomy",
+                       json={"active": True, "keep_draining": {"every_s": 0.3}})  # fmt: skip
+            wait_for(client, workspace_id, lambda s: s["state"] == "waiting")
+            listings = len(github.made("GET", f"/repos/{github.repo}/issues"))
+            github.script("GET", f"/repos/{github.repo}/issues", limited, {"status": 503, "body": {"message": "down"}})
+
+            first = wait_for(client, workspace_id, lambda s: (s.get("failure") or {}).get("failures") == 1)
+            assert "RateLimited" in first["failure"]["error"]
+            assert first["next_check"] - first["failure"]["at"] >= 1.9  # not before the reset the host gave
+            second = wait_for(client, workspace_id, lambda s: (s.get("failure") or {}).get("failures") == 2)
+            assert "HostUnavailable" in second["failure"]["error"]
+            assert second["next_check"] - second["failure"]["at"] >= 0.3 * 4 - 0.05  # doubled twice
+            cleared = wait_for(client, workspace_id, lambda s: s["state"] == "waiting" and s["failure"] is None)
+            assert cleared["checks"] >= 3
+            assert len(github.made("GET", f"/repos/{github.repo}/issues")) - listings >= 3
+
+            github.add_issue(2, "issue 2", assignee="agent")
+            wait_for(
+                client, workspace_id, lambda s: s["state"] == "waiting" and len(sessions(client, workspace_id)) == 2
+            )
+            client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": False})
+            wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+            history = sessions(client, workspace_id)
+        assert [[t["id"] for t in s["tasks"]] for s in history] == [["1"], ["2"]]
+    finally:
+        github.close()
