@@ -254,11 +254,22 @@ class State:
                 tasks = completed(workspace_id, transcript)
                 self._db.execute("UPDATE runs SET ended = ?, terminal = 'Failed', reason = ?, tasks = ? WHERE id = ?",
                                  (time.time(), _RESTARTED, json.dumps(tasks), run_id))  # fmt: skip
+            # a loop kept draining that died between sessions has no session open: the history still says it ended
+            for workspace_id in set(active) - {row[1] for row in cut}:
+                last = self._db.execute("SELECT module, version, options FROM runs WHERE workspace = ? ORDER BY "
+                                        "started DESC LIMIT 1", (workspace_id,)).fetchone()  # fmt: skip
+                if last is not None and "keep_draining" in json.loads(last[2] or "{}"):
+                    now = time.time()
+                    self._db.execute("INSERT INTO runs (id, workspace, module, transcript, started, ended, terminal, "
+                                     "reason, tasks, version, options) VALUES (?, ?, ?, '', ?, ?, 'Failed', ?, '[]', "
+                                     "?, ?)", (uuid.uuid4().hex[:12], workspace_id, last[0], now, now,
+                                               _RESTARTED_WAITING, last[1], last[2]))  # fmt: skip
             self._db.execute("UPDATE workspaces SET active = 0 WHERE active = 1")
         return active
 
 
 _RESTARTED = json.dumps({"kind": "restarted"})
+_RESTARTED_WAITING = json.dumps({"kind": "restarted", "waiting": True})  # no session ran: no transcript
 _COLUMNS = "id, path, queue, policy, created, binding, active, sandbox, config, version"
 
 

@@ -405,3 +405,32 @@ def test_a_waiting_loop_respects_a_rate_limit_and_backs_off_an_outage(server_fac
         assert [[t["id"] for t in s["tasks"]] for s in history] == [["1"], ["2"]]
     finally:
         github.close()
+
+
+def test_a_loop_killed_while_it_waits_ends_failed_restarted_and_activates_again(server_factory, tmp_path):
+    ws = make_workspace(tmp_path / "ws", ignore=["out/"])
+    scenario = write_yaml(tmp_path / "scenario.yaml", {"tasks": [{"turns": [write_turn("out/r.txt", "r\n")]}]})
+    first = server_factory()
+    with first.client() as client:
+        workspace_id = client.post("/api/workspaces", json={"path": str(ws.path), "policy": {"rules": OUT_RULES},
+                                                            "queue": {"provider": "memory", "tasks": [{"id": "T1"}]}}
+                                   ).json()["id"]  # fmt: skip
+        bind(client, workspace_id, scenario)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy",
+                   json={"active": True, "keep_draining": {"every_s": 30}})  # fmt: skip
+        wait_for(client, workspace_id, lambda s: s["state"] == "waiting")
+    first.kill()
+
+    second = server_factory(first.state)
+    with second.client() as client:
+        status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
+        assert (status["state"], status["terminal"], status["reason"]) == (
+            "ended", "Failed", {"kind": "restarted", "waiting": True})  # fmt: skip
+        assert [s["terminal"] for s in sessions(client, workspace_id)] == ["Idle", "Failed"]
+        assert client.get(f"/api/workspaces/{workspace_id}").json()["active"] is False
+        again = client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        assert again.status_code == 200, again.text  # the dead server's lock went with it
+        ended = wait_for(
+            client, workspace_id, lambda s: s["state"] == "ended" and s["session"] == again.json()["session"]
+        )
+    assert ended["terminal"] == "Idle" and ended["reason"]["skipped_completed_earlier"] == 1
