@@ -434,3 +434,45 @@ def test_a_loop_killed_while_it_waits_ends_failed_restarted_and_activates_again(
             client, workspace_id, lambda s: s["state"] == "ended" and s["session"] == again.json()["session"]
         )
     assert ended["terminal"] == "Idle" and ended["reason"]["skipped_completed_earlier"] == 1
+
+
+REVIEWER = {
+    "prompt": "Review the proposed change. Do not edit the worktree.",
+    "tools": ["get_commits_status", "get_issue", "submit_review"],
+    "trigger": "ProposalAwaitingReview",
+    "termination": "ReviewSubmitted",
+}
+
+
+def test_a_reviewer_loop_kept_draining_reviews_each_requested_pull_request_once(server_factory, tmp_path):
+    """A role on the server: the reviewer drains the pull requests awaiting its review. The host still lists a
+    reviewed one (the loopback GitHub keeps the request), and the completed ids keep it from a second review;
+    one requested later is reviewed without another activation."""
+    github = FakeGitHub()
+    try:
+        github.add_pull(11, "Fix the parser", reviewers=["agent"])
+        review = turn({"mcp_call": {"tool": "submit_review", "arguments": {"verdict": "approve", "body": "ok"}}})
+        scenario = write_yaml(tmp_path / "scenario.yaml", {"tasks": [{"turns": [review]}], "agent": {"mcp_http": True}})
+        ws = make_workspace(tmp_path / "ws")
+        server = server_factory(env={"GITHUB_TOKEN": github.token})
+        host = {"provider": "github", "api_url": github.url, "repo": github.repo, "assignee": "agent"}
+        with server.client() as client:
+            made = client.post("/api/workspaces", json={"path": str(ws.path), "queue": host, "role": REVIEWER,
+                                                        "policy": {"rules": SRC_RULES[:1]}})  # fmt: skip
+            assert made.status_code == 201, made.text
+            workspace_id = made.json()["id"]
+            bind(client, workspace_id, scenario)
+            client.put(f"/api/workspaces/{workspace_id}/agent/autonomy",
+                       json={"active": True, "keep_draining": {"every_s": 0.2}})  # fmt: skip
+            waiting = wait_for(client, workspace_id, lambda s: s["state"] == "waiting")
+            wait_for(client, workspace_id, lambda s: s["state"] == "waiting" and s["checks"] >= 2)  # 11 listed again
+            github.add_pull(12, "Add docs", reviewers=["agent"])
+            wait_for(client, workspace_id, lambda s: s["state"] == "waiting" and s["session"] != waiting["session"])
+            client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": False})
+            history = sessions(client, workspace_id)
+    finally:
+        github.close()
+    ran = [[(t["id"], t["reason"]["kind"] == "completed_earlier") for t in s["tasks"]] for s in history]
+    assert ran == [[("11", False)], [("11", True), ("12", False)]]  # 11 listed again, skipped: never run twice
+    reviews = [c[1] for c in github.made("POST", f"/repos/{github.repo}/pulls/")]
+    assert reviews == [f"/repos/{github.repo}/pulls/11/reviews", f"/repos/{github.repo}/pulls/12/reviews"]
