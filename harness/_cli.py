@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ._check_cli import register as register_check
 from ._config import NO_QUEUE, load_config
 from ._exceptions import ConfigError
+from .bench import register as register_bench
 from .server._cli import register as register_serve
 
 if TYPE_CHECKING:  # the kernel (and the ACP SDK) load only for `run`
@@ -66,35 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     handler = getattr(args, "handler", None)
     if handler is not None:  # a command another package registered (loop_harness.commands)
         return int(handler(args))
-    if args.command == "bench":
-        if args.what == "inference":
-            from ._bench_inference import bench_inference
-
-            rounds = args.rounds or 5
-            return bench_inference(tasks=args.tasks or 3, threads=args.threads, rounds=rounds, as_json=args.json)
-        if args.what == "server":
-            from ._bench_server import bench_server
-
-            return bench_server(loops=args.loops, tasks=args.tasks or 100, as_json=args.json, idle_s=args.idle_seconds)
-        if args.what == "boundary":
-            from ._bench_boundary import bench_boundary
-
-            return bench_boundary(rounds=args.rounds or 3, as_json=args.json)
-        if args.what == "changes":
-            from ._bench_changes import bench_changes
-
-            return bench_changes(rounds=args.rounds or 3, as_json=args.json)
-        if args.outside:
-            from ._bench_outside import bench_outside
-
-            return bench_outside(tasks=args.tasks or 400, rounds=args.rounds or 3, as_json=args.json)
-        if args.sandbox:
-            from ._bench_sandbox import bench_sandbox
-
-            return bench_sandbox(tasks=args.tasks or 300, rounds=args.rounds or 3, as_json=args.json)
-        from ._bench import bench_kernel
-
-        return bench_kernel(tasks=args.tasks or 300, rounds=args.rounds or 3, as_json=args.json)
     parser.print_help(sys.stderr)
     return 2
 
@@ -132,29 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     models.add_argument("name", nargs="?", help="a model in models.lock (default: its default)")
 
-    bench = commands.add_parser(
-        "bench", help="benchmarks: the kernel vs a bare SDK client; inference vs bare llama; a change measure"
-    )
-    bench.add_argument("what", choices=["kernel", "inference", "changes", "server", "boundary"], help="what to measure")
-    bench.add_argument("--loops", type=int, default=4, help="server: loops at once (default 4)")
-    bench.add_argument("--idle-seconds", type=float, default=10.0,
-                       help="server: how long the kept-draining loops' idle cost is measured (default 10)")  # fmt: skip
-    bench.add_argument("--tasks", type=int, help="tasks per side (default: kernel 300, inference 3)")
-    bench.add_argument("--threads", type=int, default=2, help="inference: CPU threads (default 2)")
-    bench.add_argument(
-        "--rounds",
-        type=int,
-        help="rounds; medians reported, `kernel --outside` the best (default: kernel 3, inference 5)",
-    )
-    bench.add_argument("--json", action="store_true", help="print the figures as JSON")
-    bench.add_argument("--sandbox", action="store_true", help="kernel: the OS sandbox on vs off, and a terminal's cost")
-    bench.add_argument(
-        "--outside",
-        action="store_true",
-        help="kernel: `loop-harness run` vs a bare SDK client as whole processes, steady state (default 400 tasks, "
-        "best of 2)",
-    )
-
+    register_bench(commands)
     register_check(commands)
     register_serve(commands)
 

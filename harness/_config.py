@@ -306,10 +306,11 @@ class SandboxConfig(_Strict):
     @field_validator("hide", "sockets")
     @classmethod
     def _absolute(cls, paths: list[Path]) -> list[Path]:
-        relative = [str(p) for p in paths if not p.expanduser().is_absolute()]
+        expanded = [_expanded(p) for p in paths]
+        relative = [str(p) for p in expanded if not p.is_absolute()]
         if relative:
             raise ValueError(f"takes absolute paths (not {relative})")
-        return [p.expanduser() for p in paths]
+        return expanded
 
 
 class Config(_Strict):
@@ -383,12 +384,20 @@ def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Co
         raise ConfigError("commit", "write it as workspace.commit (workspace: {path: ..., commit: {...}})")
     for key in ("workspace", "transcripts"):
         if isinstance(data.get(key), str):  # `~/repo` is the user's home, as in a shell
-            data[key] = (base_dir / Path(data[key]).expanduser()).resolve()
+            try:
+                data[key] = (base_dir / _expanded(Path(data[key]))).resolve()
+            except ValueError as exc:  # an unknown `~user`, a NUL byte
+                raise ConfigError(key, str(exc)) from None
     if isinstance(data.get("sandbox"), dict):
         data["sandbox"] = sandbox = dict(data["sandbox"])
         for key in ("home", "tmp"):
-            if isinstance(sandbox.get(key), str) and sandbox[key]:
-                sandbox[key] = (base_dir / Path(sandbox[key]).expanduser()).resolve()
+            if sandbox.get(key) == "":  # Path("") is ".": the kernel's own working directory, writable
+                raise ConfigError(f"sandbox.{key}", "an empty path: leave the key out for a private one per run")
+            if isinstance(sandbox.get(key), str):
+                try:
+                    sandbox[key] = (base_dir / _expanded(Path(sandbox[key]))).resolve()
+                except ValueError as exc:
+                    raise ConfigError(f"sandbox.{key}", str(exc)) from None
     data["source"] = source
     data["role_source"] = role_source
     autonomy = data.pop("autonomy", None)
@@ -413,6 +422,14 @@ def parse_config(data: Any, *, base_dir: Path, source: Path | None = None) -> Co
     update = {"autonomy": resolved.config, "autonomy_sources": {**dict(resolved.sources), **sources},
               "autonomy_warnings": list(resolved.warnings)}  # fmt: skip
     return config.model_copy(update=update)
+
+
+def _expanded(path: Path) -> Path:
+    """`~` and `~user` expanded; a user that does not exist is a ValueError naming it, not a crash."""
+    try:
+        return path.expanduser()
+    except RuntimeError as exc:  # "Could not determine home directory."
+        raise ValueError(f"{str(path)!r}: {exc}") from None
 
 
 def check_transcripts_outside(workspace: Path, transcripts: Path, key: str = "transcripts") -> None:

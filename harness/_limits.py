@@ -181,7 +181,7 @@ def resolve_autonomy(written: Any, *, max_iterations: int = 20, turn_timeout_s: 
         raise ConfigError("autonomy", f"a mapping (got {type(written).__name__})")
     from_env, env_names = _environment()
     profile = from_env.get("profile", written.get("profile", "default"))
-    if profile not in PROFILES:
+    if not isinstance(profile, str) or profile not in PROFILES:
         key_source = env_names.get("profile", "")
         raise ConfigError("autonomy.profile", f"{profile!r} is not a profile ({', '.join(PROFILES)}) {key_source}")
     merged: dict[str, Any] = {}

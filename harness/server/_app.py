@@ -29,7 +29,7 @@ from ._loops import Loop, Loops
 from ._modules import BindingError, agent_section
 from ._pending import Pending
 from ._state import State, StateError, Workspace
-from ._workspace_config import WorkspaceConfigError, merged, sections_of
+from ._workspace_config import WorkspaceConfigError, merged, sections_of, written
 
 __all__ = ["create_app"]
 
@@ -110,7 +110,7 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         state.set_autonomy(enabled)
         for loop in list(loops.loops.values()):
             if loop.live and loop.prompt is None and not enabled:
-                loop.stop()  # the switch is the operator's stop: autonomous loops end Cancelled
+                loop.stop("autonomy_disabled")  # the switch is the operator's stop: autonomous loops end Cancelled
             if loop.live and loop.pending is not None:
                 loop.pending.rearm()  # seed 002: a countdown follows eligibility, fresh when it returns
         return 200, {"enabled": state.autonomy_enabled}
@@ -127,12 +127,17 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         if overlaps(path, state_dir):
             raise ApiError(422, "not_a_worktree", f"{path} holds or is inside the server's state directory "
                            f"{state_dir}, which every agent is kept from", key="path")  # fmt: skip
+        sections = written(sections)
+        _refuse_overlap(path)
+        await asyncio.to_thread(loops.validate, path, sections)
+        _refuse_overlap(path)  # again: another registration may have landed while this one was checked
+        return 201, state.add_workspace(path, sections).as_json()
+
+    def _refuse_overlap(path: str) -> None:
         for other in state.workspaces():  # nested worktrees: one loop's agent could write the other's files
             if path != other.path and overlaps(path, other.path):  # the same path: `workspace_exists`, below
                 raise ApiError(409, "workspace_overlap", f"{path} holds or is inside workspace {other.id} "
                                f"({other.path})", workspace=other.id)  # fmt: skip
-        await asyncio.to_thread(loops.validate, path, sections)
-        return 201, state.add_workspace(path, sections).as_json()
 
     async def edit_workspace(request: Request) -> tuple[int, Any]:
         """PUT replaces the config, PATCH replaces the sections it names (`null` drops one): a new version,
@@ -140,11 +145,10 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
         workspace = workspace_of(request)
         body = await _json_object(request)
         given, sections = _sections(body, path_required=False)
-        if given is not None and os.path.realpath(given) != workspace.path:
+        if given is not None and not _same_path(given, workspace.path):
             raise ApiError(422, "invalid", f"a workspace's path is fixed ({workspace.path}): register the other "
                            "worktree as its own workspace", key="path")  # fmt: skip
-        if request.method == "PATCH":
-            sections = merged(workspace.config, sections)
+        sections = merged(workspace.config, sections) if request.method == "PATCH" else written(sections)
         live = loops.live(workspace.id)
         if live is not None or workspace.id in loops.starting:
             raise ApiError(409, "session_live", "a session is live or starting: deactivate or cancel it before "
@@ -244,7 +248,7 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
 
     async def post_cancel(request: Request) -> tuple[int, Any]:
         live = _live_or_409(loops, workspace_of(request))
-        live.stop()
+        live.stop("user_cancel")
         return 202, {"cancelling": True, "session": live.run_id}
 
     async def loop_events(request: Request) -> Response:
@@ -454,6 +458,13 @@ def _sections(body: dict[str, Any], *, path_required: bool) -> tuple[str | None,
         return sections_of(body, path_required=path_required)
     except WorkspaceConfigError as exc:
         raise ApiError(422, "invalid", str(exc), key=exc.key) from None
+
+
+def _same_path(given: Any, path: str) -> bool:
+    try:
+        return isinstance(given, str) and os.path.realpath(given) == path
+    except ValueError:  # a NUL byte
+        return False
 
 
 def _worktree(value: Any) -> str:

@@ -61,13 +61,18 @@ class Loop:
     keep_draining_s: float | None = None  # past Idle, list the queue again every so often
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     waiting: dict[str, Any] | None = None  # between sessions: next check, checks made, the last failure
+    stopped_by: str = "deactivated"  # why `stop` was called
 
     @property
     def live(self) -> bool:
         return self.task is not None and not self.task.done()
 
-    def stop(self) -> None:
-        """Deactivate: the session in progress is cancelled (`Cancelled`) and no other starts."""
+    def stop(self, why: str = "deactivated") -> None:
+        """Deactivate: the session in progress is cancelled (`Cancelled`) and no other starts. `why` is the
+        reason a loop stopped between sessions records (deactivated, user_cancel, autonomy_disabled,
+        server_stopping)."""
+        if not self.stopping.is_set():
+            self.stopped_by = why
         self.stopping.set()
         self.kernel.cancel()
 
@@ -120,8 +125,8 @@ class Loops:
         for path in sorted(self._completed_dir(workspace_id).glob("*.jsonl")):
             for task_id, entry in CompletedTasks(path).load().items():
                 if entry.get("transcript") == transcript:
-                    tasks.append({"id": task_id, "terminal": "Completed", "reason": {"kind": "completed"},
-                                  "at": entry.get("at")})  # fmt: skip
+                    reason = {"kind": "end_turn", "from": "completion_record"}  # the details died with the server
+                    tasks.append({"id": task_id, "terminal": "Completed", "reason": reason, "at": entry.get("at")})
         return tasks
 
     def forget_completed(self, workspace: Workspace) -> int:
@@ -139,6 +144,9 @@ class Loops:
     async def activate(self, workspace: Workspace, keep_draining_s: float | None = None) -> Loop:
         """Every precondition checked, each failure a typed StateError (409); then the loop starts."""
         live = self.live(workspace.id)
+        if live is not None and live.prompt is None and live.stopping.is_set():
+            raise StateError("session_ending", f"session {live.run_id} is being deactivated: activate again once "
+                             "it has ended", session=live.run_id)  # fmt: skip
         if live is not None and live.prompt is None:
             return live  # already active: activating again changes nothing
         if live is not None:
@@ -244,12 +252,13 @@ class Loops:
                 await self._session(loop)
                 if loop.keep_draining_s is None or loop.ended.get("terminal") != "Idle" or loop.stopping.is_set():
                     return
-                if not await self._wait_for_work(loop):
+                if not await self._wait_for_work(loop):  # deactivated, cancelled or stopping while it waited
+                    self._ended_waiting(loop, "Cancelled", {"kind": loop.stopped_by, "waiting": True})
                     return
                 try:
                     await self._next_session(loop)
                 except StateError as exc:  # the switch went off, the binding went, the config no longer parses
-                    loop.ended = {"terminal": "Failed", "reason": {"kind": exc.kind, "error": str(exc)}}
+                    self._ended_waiting(loop, "Failed", {"kind": exc.kind, "error": str(exc), "waiting": True})
                     return
         finally:
             try:
@@ -257,6 +266,12 @@ class Loops:
                 self.state.set_active(loop.workspace_id, False)
             finally:
                 loop.lock.release()
+
+    def _ended_waiting(self, loop: Loop, terminal: str, reason: dict[str, Any]) -> None:
+        """A loop kept draining that ends between sessions: the history says so (a row with no transcript)."""
+        loop.ended = {"terminal": terminal, "reason": reason}
+        self.state.add_ended_run(loop.workspace_id, loop.module, terminal, reason, version=loop.version,
+                                 options={"keep_draining": {"every_s": loop.keep_draining_s}})  # fmt: skip
 
     async def _session(self, loop: Loop) -> None:
         try:
@@ -279,7 +294,8 @@ class Loops:
         failure: dict[str, Any] | None = None  # the last listing's error, until one succeeds
         try:
             while True:
-                delay = min(loop.keep_draining_s * 2**failures, max(_MAX_BACKOFF_S, loop.keep_draining_s))
+                backoff = loop.keep_draining_s * 2 ** min(failures, 32)  # capped: weeks of failures stay a number
+                delay = min(backoff, max(_MAX_BACKOFF_S, loop.keep_draining_s))
                 delay = max(delay, not_before - time.time())
                 loop.waiting = {"next_check": time.time() + delay, "every_s": loop.keep_draining_s, "checks": checks,
                                 "failure": failure}  # fmt: skip
@@ -320,7 +336,7 @@ class Loops:
         """The server is stopping: every loop is cancelled (`Cancelled`) and awaited."""
         live = [loop for loop in self.loops.values() if loop.live]
         for loop in live:
-            loop.stop()
+            loop.stop("server_stopping")
         await asyncio.gather(*(loop.task for loop in live if loop.task is not None), return_exceptions=True)
 
 

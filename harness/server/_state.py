@@ -130,8 +130,18 @@ class State:
         connection.executescript(_SCHEMA)
         _add_columns(connection)
         state = cls(directory, connection, _token(directory))
+        state._first_versions()
         state._server_lock = lock
         return state
+
+    def _first_versions(self) -> None:
+        """Workspaces registered before configs were versioned: their config as it stands is version 1."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            for workspace in self.workspaces():
+                if not self._db.execute("SELECT 1 FROM versions WHERE workspace = ?", (workspace.id,)).fetchone():
+                    self._db.execute("INSERT INTO versions VALUES (?, ?, ?, ?)", (workspace.id, workspace.version,
+                                     json.dumps(workspace.config), workspace.created))  # fmt: skip
 
     def close(self) -> None:
         self._db.close()
@@ -233,6 +243,15 @@ class State:
         self._db.execute("UPDATE runs SET ended = ?, terminal = ?, reason = ?, tasks = ? WHERE id = ?",
                          (time.time(), terminal, json.dumps(reason), json.dumps(tasks), run_id))  # fmt: skip
 
+    def add_ended_run(self, workspace_id: str, module: str, terminal: str, reason: dict[str, Any], *, version: int,
+                      options: dict[str, Any] | None) -> None:  # fmt: skip
+        """A history row for a loop that ended between sessions: no session ran, so it has no transcript."""
+        now = time.time()
+        self._db.execute("INSERT INTO runs (id, workspace, module, transcript, started, ended, terminal, reason, "
+                         "tasks, version, options) VALUES (?, ?, ?, '', ?, ?, ?, ?, '[]', ?, ?)",
+                         (uuid.uuid4().hex[:12], workspace_id, module, now, now, terminal, json.dumps(reason),
+                          version, _json(options)))  # fmt: skip
+
     def runs(self, workspace_id: str) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT id, module, transcript, started, ended, terminal, reason, tasks, version, "
                                 "options FROM runs WHERE workspace = ? ORDER BY started, id",
@@ -258,18 +277,15 @@ class State:
             for workspace_id in set(active) - {row[1] for row in cut}:
                 last = self._db.execute("SELECT module, version, options FROM runs WHERE workspace = ? ORDER BY "
                                         "started DESC LIMIT 1", (workspace_id,)).fetchone()  # fmt: skip
-                if last is not None and "keep_draining" in json.loads(last[2] or "{}"):
-                    now = time.time()
-                    self._db.execute("INSERT INTO runs (id, workspace, module, transcript, started, ended, terminal, "
-                                     "reason, tasks, version, options) VALUES (?, ?, ?, '', ?, ?, 'Failed', ?, '[]', "
-                                     "?, ?)", (uuid.uuid4().hex[:12], workspace_id, last[0], now, now,
-                                               _RESTARTED_WAITING, last[1], last[2]))  # fmt: skip
+                options = json.loads(last[2] or "{}") if last is not None else {}
+                if last is not None and "keep_draining" in options:
+                    reason = {"kind": "restarted", "waiting": True}
+                    self.add_ended_run(workspace_id, last[0], "Failed", reason, version=last[1], options=options)
             self._db.execute("UPDATE workspaces SET active = 0 WHERE active = 1")
         return active
 
 
 _RESTARTED = json.dumps({"kind": "restarted"})
-_RESTARTED_WAITING = json.dumps({"kind": "restarted", "waiting": True})  # no session ran: no transcript
 _COLUMNS = "id, path, queue, policy, created, binding, active, sandbox, config, version"
 
 

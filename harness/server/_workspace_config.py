@@ -22,7 +22,7 @@ from typing import Any
 from .._config import Config, parse_config
 from .._exceptions import ConfigError
 
-__all__ = ["SECTIONS", "WorkspaceConfigError", "merged", "queue_identity", "run_config", "sections_of"]
+__all__ = ["SECTIONS", "WorkspaceConfigError", "merged", "queue_identity", "run_config", "sections_of", "written"]
 
 #: What a workspace keeps, in a run config's spelling (`workspace` holds the commit; its path is fixed).
 SECTIONS = ("commit", "queue", "policy", "sandbox", "limits", "autonomy", "role")
@@ -61,10 +61,9 @@ def sections_of(body: dict[str, Any], *, path_required: bool) -> tuple[str | Non
         if path is not None and "path" in workspace:
             raise WorkspaceConfigError("path", "give the path once: workspace.path or path")
         path = workspace.get("path", path)
-        if workspace.get("commit") not in (None, False):
-            body["commit"] = workspace["commit"]
-        elif "commit" in workspace and workspace["commit"] is None:
-            body["commit"] = {}  # `commit:` with nothing under it: the defaults, as in a run config
+        if "commit" in workspace:  # `commit:` with nothing under it is the defaults, as in a run config
+            commit = workspace["commit"]
+            body["commit"] = None if commit is False else {} if commit is None else commit  # None: no commits
     elif workspace is not None:
         if path is not None:
             raise WorkspaceConfigError("path", "give the path once: workspace or path")
@@ -78,12 +77,17 @@ def sections_of(body: dict[str, Any], *, path_required: bool) -> tuple[str | Non
     sandbox = body.get("sandbox")
     for key in ("home", "tmp"):  # a run config resolves these beside its file; the server has none to offer
         value = sandbox.get(key) if isinstance(sandbox, dict) else None
-        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+        if isinstance(value, str) and not (value.startswith("/") or value.startswith("~")):
             raise WorkspaceConfigError(f"sandbox.{key}", f"sandbox.{key}: give an absolute path (got {value!r})")
     if isinstance(body.get("role"), str):
         raise WorkspaceConfigError("role", "role: give the role inline (a mapping); a role file is read by the "
                                    "CLI, relative to its config file")  # fmt: skip
-    return path, {k: v for k, v in body.items() if v is not None}
+    return path, body  # a None value drops that section (PATCH); `written` keeps the rest
+
+
+def written(sections: dict[str, Any]) -> dict[str, Any]:
+    """A whole config (POST, PUT): a section given as `null` is one left out (its defaults)."""
+    return {k: v for k, v in sections.items() if v is not None}
 
 
 def merged(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +119,8 @@ def run_config(path: str, sections: dict[str, Any], *, agent: dict[str, Any], tr
         return parse_config(data, base_dir=base_dir)
     except ConfigError as exc:
         raise WorkspaceConfigError(exc.key, str(exc)) from None
+    except (TypeError, ValueError, RuntimeError, OSError) as exc:  # a shape no model check caught: a 422, not a 500
+        raise WorkspaceConfigError("", f"this config cannot be used: {type(exc).__name__}: {exc}") from None
 
 
 def queue_identity(config: Config) -> str:

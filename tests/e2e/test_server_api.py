@@ -320,3 +320,5 @@ def test_a_state_directory_from_before_workspace_configs_is_read_and_edited(serv
         assert edited.status_code == 200, edited.text
         assert (edited.json()["version"], edited.json()["config"]["limits"]) == (2, {"max_iterations": 3})
         assert edited.json()["policy"] == POLICY
+        versions = client.get("/api/workspaces/w1/versions").json()["versions"]
+        assert [(v["version"], v["config"].get("limits")) for v in versions] == [(1, None), (2, {"max_iterations": 3})]

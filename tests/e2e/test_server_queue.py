@@ -103,8 +103,9 @@ def test_an_unattended_github_queue_commits_pushes_and_keeps_draining(server_fac
             )
             ended = wait_for(client, workspace_id, lambda s: s["state"] == "ended")
             history = sessions(client, workspace_id)
-        assert [[t["id"] for t in s["tasks"]] for s in history] == [["1", "2", "3"], ["4"]]
-        assert ended["terminal"] == "Idle"
+        assert [[t["id"] for t in s["tasks"]] for s in history] == [["1", "2", "3"], ["4"], []]
+        assert [s["terminal"] for s in history] == ["Idle", "Idle", "Cancelled"]  # deactivated while it waited
+        assert (ended["terminal"], ended["reason"]) == ("Cancelled", {"kind": "deactivated", "waiting": True})
         assert origin_log(ws.origin)[0] == "4: issue 4"
         assert (ws.path / "src" / "app.txt").read_text() == "v4\n"
         closed = sorted(p for m, p, b in github.calls if m == "PATCH" and (b or {}).get("state") == "closed")
@@ -402,7 +403,7 @@ def test_a_waiting_loop_respects_a_rate_limit_and_backs_off_an_outage(server_fac
             client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": False})
             wait_for(client, workspace_id, lambda s: s["state"] == "ended")
             history = sessions(client, workspace_id)
-        assert [[t["id"] for t in s["tasks"]] for s in history] == [["1"], ["2"]]
+        assert [[t["id"] for t in s["tasks"]] for s in history] == [["1"], ["2"], []]
     finally:
         github.close()
 
@@ -473,6 +474,88 @@ def test_a_reviewer_loop_kept_draining_reviews_each_requested_pull_request_once(
     finally:
         github.close()
     ran = [[(t["id"], t["reason"]["kind"] == "completed_earlier") for t in s["tasks"]] for s in history]
-    assert ran == [[("11", False)], [("11", True), ("12", False)]]  # 11 listed again, skipped: never run twice
+    assert ran == [[("11", False)], [("11", True), ("12", False)], []]  # 11 listed again, skipped: never run twice
     reviews = [c[1] for c in github.made("POST", f"/repos/{github.repo}/pulls/")]
     assert reviews == [f"/repos/{github.repo}/pulls/11/reviews", f"/repos/{github.repo}/pulls/12/reviews"]
+
+
+def test_a_patch_null_drops_a_section_and_commit_false_stops_commits(server, tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    body = {"workspace": {"path": str(ws.path), "commit": {"push": False}}, "policy": {"rules": SRC_RULES},
+            "limits": {"max_iterations": 3}}  # fmt: skip
+    with server.client() as client:
+        workspace_id = client.post("/api/workspaces", json=body).json()["id"]
+        dropped = client.patch(f"/api/workspaces/{workspace_id}", json={"limits": None})
+        assert dropped.status_code == 200, dropped.text
+        assert "limits" not in dropped.json()["config"] and dropped.json()["version"] == 2
+        stopped = client.patch(f"/api/workspaces/{workspace_id}", json={"workspace": {"commit": False}})
+        assert stopped.json()["config"] == {"workspace": {"path": str(ws.path)}, "policy": {"rules": SRC_RULES}}
+        defaults = client.patch(f"/api/workspaces/{workspace_id}", json={"workspace": {"commit": None}})
+        assert defaults.json()["config"]["workspace"] == {"path": str(ws.path), "commit": {}}  # `commit:` alone: on
+        versions = client.get(f"/api/workspaces/{workspace_id}/versions").json()["versions"]
+    assert [v["version"] for v in versions] == [1, 2, 3, 4]
+
+
+BAD_SHAPES = [
+    {"path": 5},
+    {"workspace": {"path": ["x"]}},
+    {"path": "/a\u0000b"},
+    {"autonomy": {"profile": []}},
+    {"autonomy": {"profile": {}}},
+    {"sandbox": {"home": "~nosuchuser-loop-harness/x"}},
+    {"sandbox": {"tmp": ""}},
+    {"sandbox": {"home": "relative/home"}},
+    {"sandbox": {"hide": ["~nosuchuser-loop-harness/x"]}},
+    {"sandbox": {"sockets": ["~nosuchuser-loop-harness/s"]}},
+]
+
+
+@pytest.mark.parametrize("body", BAD_SHAPES, ids=[json.dumps(b)[:40] for b in BAD_SHAPES])
+def test_a_malformed_edit_or_registration_is_a_422_never_a_500(server, tmp_path, body):
+    ws = make_workspace(tmp_path / "ws")
+    with server.client() as client:
+        workspace_id = client.post("/api/workspaces", json={"path": str(ws.path)}).json()["id"]
+        edited = client.patch(f"/api/workspaces/{workspace_id}", json=body)
+        fresh = make_workspace(tmp_path / "fresh")
+        registered = client.post("/api/workspaces", json={"path": str(fresh.path), **body} if "path" not in body
+                                 and "workspace" not in body else body)  # fmt: skip
+        listed = client.get("/api/workspaces").json()["workspaces"]
+    assert edited.status_code == 422, edited.text
+    assert registered.status_code == 422, registered.text
+    assert [w["version"] for w in listed] == [1]  # nothing changed, nothing registered
+
+
+def test_nested_worktrees_registered_at_once_never_both_land(server, tmp_path):
+    """The overlap check runs again after the config's validation: two registrations racing, one a worktree
+    inside the other, never both succeed."""
+    import concurrent.futures
+
+    for attempt in range(8):
+        outer = make_workspace(tmp_path / f"outer{attempt}")
+        inner = outer.path / "vendor" / "inner"
+        inner.mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", str(inner)], check=True)
+        with server.client() as a, server.client() as b, concurrent.futures.ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda pair: pair[0].post("/api/workspaces", json={"path": str(pair[1])}),
+                                    [(a, outer.path), (b, inner)]))  # fmt: skip
+        codes = sorted(answer.status_code for answer in answers)
+        assert codes in ([201, 409], [201, 422]), [answer.text for answer in answers]
+
+
+def test_activating_while_deactivating_is_a_409_not_a_dying_session(server, tmp_path):
+    ws = make_workspace(tmp_path / "ws", ignore=["out/"])
+    scenario = write_yaml(tmp_path / "scenario.yaml", HANGS)
+    with server.client() as client:
+        workspace_id = client.post("/api/workspaces", json={"path": str(ws.path), "policy": {"rules": OUT_RULES},
+                                                            "queue": {"provider": "memory", "tasks": [{"id": "T1"}]}}
+                                   ).json()["id"]  # fmt: skip
+        bind(client, workspace_id, scenario)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        wait_for(client, workspace_id, lambda s: s["state"] == "running" and s.get("task") == "T1")
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": False})
+        again = client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": True})
+        if again.status_code == 409:  # still ending: said so
+            assert again.json()["error"]["kind"] == "session_ending"
+        else:  # already ended: a new session, not the dying one
+            assert again.status_code == 200 and again.json()["session"] != sessions(client, workspace_id)[0]["id"]
+        wait_for(client, workspace_id, lambda s: s["state"] == "ended")

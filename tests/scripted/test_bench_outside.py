@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from harness import _bench_outside, _cli, testing
+from harness import _cli, testing
+from harness.bench import _outside as _bench_outside
 from harness.pytest_plugin import LOOP_SCRIPTED
 
 pytestmark = LOOP_SCRIPTED

@@ -240,3 +240,24 @@ def test_an_explicitly_empty_memory_queue_ends_idle(tmp_path, ws, agent_scenario
         [],
     )
     assert tree(ws) == ""
+
+
+# --- paths the CLI once crashed on or read as its own working directory -----------------------------------
+
+PATH_TRAPS = {
+    "empty-home": ({"sandbox": {"home": ""}}, "sandbox.home", "an empty path"),
+    "empty-tmp": ({"sandbox": {"tmp": ""}}, "sandbox.tmp", "an empty path"),
+    "unknown-user-home": ({"sandbox": {"home": "~nosuchuser-lh/h"}}, "sandbox.home", "nosuchuser-lh"),
+    "unknown-user-hide": ({"sandbox": {"hide": ["~nosuchuser-lh/x"]}}, "sandbox.hide", "nosuchuser-lh"),
+    "unknown-user-transcripts": ({"transcripts": "~nosuchuser-lh/t"}, "transcripts", "nosuchuser-lh"),
+    "profile-not-text": ({"autonomy": {"profile": ["default"]}}, "autonomy.profile", "is not a profile"),
+}
+
+
+@pytest.mark.parametrize("trap", list(PATH_TRAPS), ids=list(PATH_TRAPS))
+def test_a_path_or_profile_that_cannot_be_used_is_a_config_error_naming_its_key(tmp_path, ws, agent_scenario, trap):
+    """An empty `sandbox.home` was read as "." (the kernel's working directory, mounted writable as the agent's
+    HOME); an unknown `~user` and a non-text profile crashed the load with a traceback."""
+    extra, key, needle = PATH_TRAPS[trap]
+    config = write_yaml(tmp_path / "loop.yaml", {**loop_config(ws, agent_scenario), **extra})
+    assert_refused(cli(config, "--json"), key, needle)

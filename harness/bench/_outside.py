@@ -5,10 +5,10 @@ Issue 15's measurement. Both sides are whole processes started by this one:
 - the kernel: `python -m harness run CONFIG --json`, the real command line with everything on (policy,
   preconditions at every boundary, the transcript, the sandbox, the progress lines on stderr), draining a
   memory queue;
-- the bare client: `python -m harness._bench_outside_sdk client`, the same protocol work on the ACP SDK alone
+- the bare client: `python -m harness.bench._outside_sdk client`, the same protocol work on the ACP SDK alone
   (session/new, prompt, the permission allowed, the read served, session/close) and nothing else.
 
-Both drive the same foreign agent, written on the official SDK only (`harness._bench_outside_sdk`): per task
+Both drive the same foreign agent, written on the official SDK only (`harness.bench._outside_sdk`): per task
 one tool call, one permission request and one `fs/read_text_file`. The steady-state rate is
 (N - warm) / (t(N) - t(warm)), where t(k) is when this process *reads* the side's line saying its k-th task
 ended (the kernel's progress line on stderr, the bare client's on stdout): start-up (interpreter, imports,
@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from ._bench_outside_sdk import AGENT_MODULE
-from .testing import OUT_RULES, loop_config, make_workspace, write_yaml
+from ..testing import OUT_RULES, loop_config, make_workspace, write_yaml
+from ._outside_sdk import AGENT_MODULE
 
 __all__ = ["bench_outside"]
 

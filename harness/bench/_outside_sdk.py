@@ -1,7 +1,7 @@
 """The SDK side of `loop-harness bench kernel --outside`: a foreign agent and a bare client, on the ACP SDK alone.
 
-    python -m harness._bench_outside_sdk agent                           # serve ACP on stdio
-    python -m harness._bench_outside_sdk client WORKSPACE TASKS          # drain TASKS tasks against the agent
+    python -m harness.bench._outside_sdk agent                           # serve ACP on stdio
+    python -m harness.bench._outside_sdk client WORKSPACE TASKS          # drain TASKS tasks against the agent
 
 Nothing here imports the rest of the harness (the package's `__init__` loads nothing until asked), so the
 agent is what any third party would write and the client does only the protocol work:
@@ -51,7 +51,7 @@ from acp.schema import (
 
 __all__ = ["AGENT_MODULE", "READ_FILE"]
 
-AGENT_MODULE = "harness._bench_outside_sdk"
+AGENT_MODULE = "harness.bench._outside_sdk"
 READ_FILE = "README.md"  # make_workspace commits it
 OPTIONS = [
     PermissionOption(option_id="allow", name="Allow", kind="allow_once"),

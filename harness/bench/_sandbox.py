@@ -18,12 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._bench import BENCH_RULES, BENCH_SCENARIO, _time_kernel
-from ._config import RuleConfig, SandboxConfig
-from ._exec import ExecHost
-from ._sandbox import Sandbox, find_bwrap, plan_sandbox, sandbox_unavailable
-from ._transport import agent_environment
-from .testing import loop_config, make_workspace, write_yaml
+from .._config import RuleConfig, SandboxConfig
+from .._exec import ExecHost
+from .._sandbox import Sandbox, find_bwrap, plan_sandbox, sandbox_unavailable
+from .._transport import agent_environment
+from ..testing import loop_config, make_workspace, write_yaml
+from ._kernel import BENCH_RULES, BENCH_SCENARIO, _time_kernel
 
 __all__ = ["bench_sandbox"]
 

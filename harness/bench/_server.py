@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import psutil
 
-from .testing import OUT_RULES, make_workspace, write_yaml
+from ..testing import OUT_RULES, make_workspace, write_yaml
 
 __all__ = ["bench_server"]
 

@@ -31,11 +31,11 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from ._config import load_config
-from ._kernel import Kernel
-from ._terminals import Terminal
-from ._transport import agent_environment
-from .testing import OUT_RULES, loop_config, make_workspace, write_yaml
+from .._config import load_config
+from .._kernel import Kernel
+from .._terminals import Terminal
+from .._transport import agent_environment
+from ..testing import OUT_RULES, loop_config, make_workspace, write_yaml
 
 __all__ = ["bench_kernel"]
 

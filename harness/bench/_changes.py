@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._changes import ChangeMeter
-from .testing import make_workspace
+from .._changes import ChangeMeter
+from ..testing import make_workspace
 
 __all__ = ["bench_changes"]
 
