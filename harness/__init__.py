@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     )
     from ._kernel import Kernel
     from ._policy import Policy, Turn, Verdict
+    from ._records import RecordType, transcript_schema
     from ._results import RunResult, TaskResult
-    from ._terminals import EXIT_CODE, Stop, Terminal
+    from ._terminals import EXIT_CODE, REASON_KINDS, Stop, Terminal
     from ._transcript import Transcript, read_transcript
     from ._turns import CONTINUE_PROMPT, STANDING_PROMPT
     from .queues import MemoryQueueProvider, QueueProvider, Task
@@ -38,8 +39,9 @@ _EXPORTS = {
                      "HostUnavailable", "RateLimited"),
     "._kernel": ("Kernel",),
     "._policy": ("Policy", "Turn", "Verdict"),
+    "._records": ("RecordType", "transcript_schema"),
     "._results": ("RunResult", "TaskResult"),
-    "._terminals": ("EXIT_CODE", "Stop", "Terminal"),
+    "._terminals": ("EXIT_CODE", "REASON_KINDS", "Stop", "Terminal"),
     "._transcript": ("Transcript", "read_transcript"),
     "._turns": ("CONTINUE_PROMPT", "STANDING_PROMPT"),
     ".queues": ("MemoryQueueProvider", "QueueProvider", "Task"),
@@ -49,6 +51,7 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 __all__ = [
     "CONTINUE_PROMPT",
     "EXIT_CODE",
+    "REASON_KINDS",
     "STANDING_PROMPT",
     "Config",
     "ConfigError",
@@ -62,6 +65,7 @@ __all__ = [
     "Policy",
     "QueueProvider",
     "RateLimited",
+    "RecordType",
     "RunResult",
     "Stop",
     "Task",
@@ -73,6 +77,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "read_transcript",
+    "transcript_schema",
 ]
 
 
