@@ -35,7 +35,7 @@ from pygit2.enums import DiffOption, FileStatus
 from ._overlay import WorktreeOverlay
 from ._worktree_events import WorktreeEvents
 
-__all__ = ["ChangeMeter", "Changes"]
+__all__ = ["ChangeCount", "ChangeMeter"]
 
 BYTES_PER_LINE = 80
 BINARY_PROBE = 8000  # git reads this much of a file for a NUL before calling it binary
@@ -43,7 +43,9 @@ READ_UP_TO = 8 << 20  # past this, ceil(size / 80) is over any sensible cap alre
 
 
 @dataclass(frozen=True)
-class Changes:
+class ChangeCount:
+    """Files and lines changed since the task started (the budget model for its caps is `_limits.Changes`)."""
+
     files: int
     lines: int
 
@@ -67,7 +69,7 @@ class ChangeMeter:
         self._start_head: pygit2.Oid | None = None
         self._ignored_at_start: frozenset[str] = frozenset()
         self._fingerprint: object = None
-        self._last = Changes(0, 0)
+        self._last = ChangeCount(0, 0)
         self._last_head: pygit2.Oid | None = None
         self._current = False  # `_last` holds as of the last drain of the event queue
         self._boundary: _Boundary | None = None
@@ -123,10 +125,10 @@ class ChangeMeter:
             self._ignored_at_start = frozenset(p for p, flags in status.items() if flags & FileStatus.IGNORED)
             self._tell_ignored(self._ignored_at_start)
             self._current = False  # the tree may differ from HEAD already: the first measure reads git
-        self._fingerprint, self._last, self._last_head = None, Changes(0, 0), self._start_head
+        self._fingerprint, self._last, self._last_head = None, ChangeCount(0, 0), self._start_head
         self._started = True
 
-    def measure(self) -> Changes:
+    def measure(self) -> ChangeCount:
         if self.overlay is not None and self.overlay.view is not None:
             return self._measure_overlay(self.overlay, self.overlay.view)
         quiet = self.events is not None and not self.events.changed()  # drained before any read below
@@ -143,7 +145,7 @@ class ChangeMeter:
         self._current = self.events is not None and not self.events.blind
         return self._last
 
-    def _measure_overlay(self, overlay: WorktreeOverlay, view: str) -> Changes:
+    def _measure_overlay(self, overlay: WorktreeOverlay, view: str) -> ChangeCount:
         """The figures from the overlay's upper layer: each path the task changed there, its lines against the
         starting tree as the agent sees the file now (the worktree itself is untouched until the boundary)."""
         self.git_reads += 1
@@ -163,7 +165,7 @@ class ChangeMeter:
                 charged = self._path_lines(tree, path, Path(view))
                 if charged is not None:
                     files, lines = files + 1, lines + charged
-            self._fingerprint, self._last = fingerprint, Changes(files, lines)
+            self._fingerprint, self._last = fingerprint, ChangeCount(files, lines)
         return self._last
 
     def _stat_in(self, base: str, path: str) -> tuple[int, int] | None:
@@ -182,7 +184,7 @@ class ChangeMeter:
         if self.events is not None:
             self.events.ignore(frozenset(p for p in paths if p.endswith("/")))
 
-    def diff_now(self) -> Changes:
+    def diff_now(self) -> ChangeCount:
         """The same figures from libgit2's diff of the starting tree against the worktree (it reads every file:
         no index, so no stat cache), whatever status says: what `measure` saves (`loop-harness bench changes`)."""
         status = self.repo.status(untracked_files="all", ignored=True)
@@ -193,7 +195,7 @@ class ChangeMeter:
 
     # --- counting ----------------------------------------------------------------------------------
 
-    def _count(self, status: dict[str, int], head: pygit2.Oid | None) -> Changes:
+    def _count(self, status: dict[str, int], head: pygit2.Oid | None) -> ChangeCount:
         ignored = [p for p, flags in status.items() if flags & FileStatus.IGNORED and p not in self._ignored_at_start]
         paths = {p for p, flags in status.items() if not flags & FileStatus.IGNORED}
         tree = self._start_tree or self._empty_tree()
@@ -205,7 +207,7 @@ class ChangeMeter:
             charged = self._path_lines(tree, path)
             if charged is not None:
                 files, lines = files + 1, lines + charged
-        return Changes(files, lines)
+        return ChangeCount(files, lines)
 
     def _path_lines(self, tree: pygit2.Tree, path: str, base: Path | None = None) -> int | None:
         """The lines `path` (as it is beneath `base`, the worktree by default) charges against the starting

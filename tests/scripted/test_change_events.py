@@ -12,7 +12,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from harness._changes import ChangeMeter, Changes
+from harness._changes import ChangeCount, ChangeMeter
 from harness._worktree_events import WorktreeEvents
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import make_workspace
@@ -215,11 +215,11 @@ def clean_boundary(ws, meter):
 def test_a_measure_with_no_event_reads_no_git_and_one_after_a_silent_write_does(metered):
     ws, meter = metered
     meter.start()
-    assert meter.measure() == Changes(0, 0)
+    assert meter.measure() == ChangeCount(0, 0)
     reads = meter.git_reads
-    assert meter.measure() == Changes(0, 0) and meter.git_reads == reads  # nothing happened: the queue said so
+    assert meter.measure() == ChangeCount(0, 0) and meter.git_reads == reads  # nothing happened: the queue said so
     (ws.path / "src" / "old.txt").write_text("a\nB\nc\n")  # no announcement, no kernel call
-    assert meter.measure() == Changes(1, 3) and meter.git_reads == reads + 1
+    assert meter.measure() == ChangeCount(1, 3) and meter.git_reads == reads + 1
     assert meter.measure() == meter.diff_now()
 
 
@@ -229,13 +229,13 @@ def test_a_clean_boundary_read_starts_the_task_without_a_git_read_and_misses_not
     (ws.path / "src" / "between.txt").write_text("1\n2\n")  # after the boundary read, before the task
     meter.start()
     assert meter.git_reads == 0
-    assert meter.measure() == Changes(1, 2)
+    assert meter.measure() == ChangeCount(1, 2)
 
 
 def test_head_moved_with_no_worktree_event_is_measured(metered):
     ws, meter = metered
     meter.start()
-    assert meter.measure() == Changes(0, 0)
+    assert meter.measure() == ChangeCount(0, 0)
     other = ws.git("commit-tree", "-p", "HEAD", "-m", "elsewhere", ws.git("write-tree").strip()).strip()
     reads = meter.git_reads
     ws.git("update-ref", "HEAD", other)  # .git only: no worktree event
@@ -269,7 +269,7 @@ def test_a_commit_between_the_boundary_read_and_the_task_start_counts_against_th
     clean_boundary(ws, meter)
     ws.commit("slipped in", {"src/slipped.py": "a\nb\nc\n"})
     meter.start()
-    assert meter.measure() == Changes(1, 3)
+    assert meter.measure() == ChangeCount(1, 3)
 
 
 def test_a_directory_made_inside_an_ignored_one_is_watched_for_a_hard_link_written_there(tree):

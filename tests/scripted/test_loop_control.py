@@ -122,6 +122,12 @@ def test_an_outage_that_clears_is_retried(scripted_scenario, harness_config, run
     queue = {"faults": [{"op": "list_tasks", "signal": "unavailable", "times": 2}], "backoff_base_s": 0.01}
     result = run_loop(harness_config(path, queue=queue, commit={"message": "{id}"}))
     assert result.terminal is Terminal.IDLE
+    assert [(t.id, t.terminal) for t in result.tasks] == [("T1", Terminal.COMPLETED)]
+    retries = [r for r in read_transcript(result.transcript) if r["type"] == "host_retry"]
+    assert [(r["op"], r["cause"], r["retry"]) for r in retries] == [  # both faults happened, each retried
+        ("list_tasks", "scripted outage", 1),
+        ("list_tasks", "scripted outage", 2),
+    ]
 
 
 def test_the_role_prefix_starts_every_task_prompt(scripted_scenario, harness_config, run_loop):
