@@ -14,8 +14,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._config import Config, load_config, parse_config
-    from ._exceptions import (
+    from .config._config import Config, load_config, parse_config
+    from .config._exceptions import (
         ConfigError,
         HarnessError,
         HostRejected,
@@ -24,26 +24,26 @@ if TYPE_CHECKING:
         HostUnavailable,
         RateLimited,
     )
-    from ._kernel import Kernel
-    from ._policy import Policy, Turn, Verdict
-    from ._records import RecordType, transcript_schema
-    from ._results import RunResult, TaskResult
-    from ._terminals import EXIT_CODE, REASON_KINDS, Stop, Terminal
-    from ._transcript import Transcript, read_transcript
-    from ._turns import CONTINUE_PROMPT, STANDING_PROMPT
+    from .kernel._kernel import Kernel
+    from .kernel._turns import CONTINUE_PROMPT, STANDING_PROMPT
+    from .policy._policy import Policy, Turn, Verdict
     from .queues import MemoryQueueProvider, QueueProvider, Task
+    from .record._records import RecordType, transcript_schema
+    from .record._results import RunResult, TaskResult
+    from .record._terminals import EXIT_CODE, REASON_KINDS, Stop, Terminal
+    from .record._transcript import Transcript, read_transcript
 
 _EXPORTS = {
-    "._config": ("Config", "load_config", "parse_config"),
-    "._exceptions": ("ConfigError", "HarnessError", "HostRejected", "HostSignal", "HostUnauthorized",
-                     "HostUnavailable", "RateLimited"),
-    "._kernel": ("Kernel",),
-    "._policy": ("Policy", "Turn", "Verdict"),
-    "._records": ("RecordType", "transcript_schema"),
-    "._results": ("RunResult", "TaskResult"),
-    "._terminals": ("EXIT_CODE", "REASON_KINDS", "Stop", "Terminal"),
-    "._transcript": ("Transcript", "read_transcript"),
-    "._turns": ("CONTINUE_PROMPT", "STANDING_PROMPT"),
+    ".config._config": ("Config", "load_config", "parse_config"),
+    ".config._exceptions": ("ConfigError", "HarnessError", "HostRejected", "HostSignal", "HostUnauthorized",
+                            "HostUnavailable", "RateLimited"),
+    ".kernel._kernel": ("Kernel",),
+    ".policy._policy": ("Policy", "Turn", "Verdict"),
+    ".record._records": ("RecordType", "transcript_schema"),
+    ".record._results": ("RunResult", "TaskResult"),
+    ".record._terminals": ("EXIT_CODE", "REASON_KINDS", "Stop", "Terminal"),
+    ".record._transcript": ("Transcript", "read_transcript"),
+    ".kernel._turns": ("CONTINUE_PROMPT", "STANDING_PROMPT"),
     ".queues": ("MemoryQueueProvider", "QueueProvider", "Task"),
 }  # fmt: skip
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

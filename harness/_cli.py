@@ -26,15 +26,15 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._check_cli import register as register_check
-from ._config import NO_QUEUE, load_config
-from ._exceptions import ConfigError
 from .bench import register as register_bench
+from .config._config import NO_QUEUE, load_config
+from .config._exceptions import ConfigError
+from .conformance._check_cli import register as register_check
 from .server._cli import register as register_serve
 
 if TYPE_CHECKING:  # the kernel (and the ACP SDK) load only for `run`
-    from ._kernel import Kernel
-    from ._results import RunResult
+    from .kernel._kernel import Kernel
+    from .record._results import RunResult
 
 __all__ = ["COMMANDS_GROUP", "main"]
 
@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _config_error(args, exc)
     from ._display import RunDisplay
-    from ._kernel import Kernel
+    from .kernel._kernel import Kernel
 
     if args.prompt is None and not config.queue_written:  # the contract's default: an empty queue, Idle, exit 0
         print(f"warning: queue: {NO_QUEUE}", file=sys.stderr)
@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
         if display is not None:
             display.close()
     if args.json:
-        from ._transcript import finite_numbers  # loaded with the kernel already
+        from .record._transcript import finite_numbers  # loaded with the kernel already
 
         print(json.dumps(finite_numbers(result.to_json()), allow_nan=False))  # strict JSON: NaN as a string
     else:

@@ -15,7 +15,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from ._results import RunResult
+from .record._results import RunResult
 
 __all__ = ["RunDisplay", "summary_table"]
 

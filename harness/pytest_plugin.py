@@ -26,7 +26,7 @@ import pytest
 
 if TYPE_CHECKING:
     from . import testing
-    from ._results import RunResult
+    from .record._results import RunResult
 
 __all__ = ["LOOP_AGENT", "LOOP_E2E", "LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SOAK", "MARKERS"]
 

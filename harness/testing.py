@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
-from ._config import load_config
-from ._kernel import Kernel
-from ._records import RecordType, transcript_schema
-from ._results import RunResult
-from ._transcript import read_transcript
+from .config._config import load_config
+from .kernel._kernel import Kernel
+from .record._records import RecordType, transcript_schema
+from .record._results import RunResult
+from .record._transcript import read_transcript
 
 __all__ = [
     "DEFAULT_RULES",

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import psutil
 
 from harness import Kernel, Task, Terminal, parse_config
-from harness._process_tree import what_the_agent_holds
+from harness.conformance._process_tree import what_the_agent_holds
 from harness.testing import (
     DEMO_TASKS,
     OUT_RULES,

@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from harness._process_tree import AgentCounters, ExactCounters, agent_counters, agent_tree, live_children
+from harness.conformance._process_tree import AgentCounters, ExactCounters, agent_counters, agent_tree, live_children
 
 __all__ = [
     "MISSING",

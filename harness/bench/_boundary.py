@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pygit2
 
-from .._change_set import HEAD_NOW, judge_change_set, judge_overlay, read_change_set
-from .._config import RuleConfig
-from .._overlay import WorktreeOverlay
-from .._policy import Policy
+from ..config._config import RuleConfig
+from ..policy._change_set import HEAD_NOW, judge_change_set, judge_overlay, read_change_set
+from ..policy._policy import Policy
+from ..sandbox._overlay import WorktreeOverlay
 from ..testing import READ_ALL, WRITE_SRC, make_workspace
 
 __all__ = ["bench_boundary"]

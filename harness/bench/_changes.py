@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .._changes import ChangeMeter
+from ..budget._changes import ChangeMeter
 from ..testing import make_workspace
 
 __all__ = ["bench_changes"]

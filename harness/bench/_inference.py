@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the inference extra, imported where it is used
     from llama_cpp.llama_types import CreateCompletionStreamResponse
 
-from .._config import load_config
-from .._kernel import Kernel
+from ..config._config import load_config
+from ..kernel._kernel import Kernel
 from ..models import resolve_model
 from ..testing import DEMO_TASKS, OUT_RULES, inference_agent_command, inference_agent_env, make_workspace, write_yaml
 

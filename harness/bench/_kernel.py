@@ -31,10 +31,10 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from .._config import load_config
-from .._kernel import Kernel
-from .._terminals import Terminal
-from .._transport import agent_environment
+from ..config._config import load_config
+from ..kernel._kernel import Kernel
+from ..link._transport import agent_environment
+from ..record._terminals import Terminal
 from ..testing import OUT_RULES, loop_config, make_workspace, write_yaml
 
 __all__ = ["bench_kernel"]

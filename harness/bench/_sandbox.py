@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from .._config import RuleConfig, SandboxConfig
-from .._exec import ExecHost
-from .._sandbox import Sandbox, find_bwrap, plan_sandbox, sandbox_unavailable
-from .._transport import agent_environment
+from ..config._config import RuleConfig, SandboxConfig
+from ..link._transport import agent_environment
+from ..sandbox._exec import ExecHost
+from ..sandbox._sandbox import Sandbox, find_bwrap, plan_sandbox, sandbox_unavailable
 from ..testing import loop_config, make_workspace, write_yaml
 from ._kernel import BENCH_RULES, BENCH_SCENARIO, _time_kernel
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._config import QueueConfig
+from ..config._config import QueueConfig
 from .github import GitHubAssignedIssueProvider, GitHubProvider
 from .memory import MemoryQueueProvider
 from .protocol import HostToolProvider, QueueProvider, Task, TaskKind, Trigger

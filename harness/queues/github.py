@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
-from .._config import QueueConfig, Trigger
-from .._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
+from ..config._config import QueueConfig, Trigger
+from ..config._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
 from .protocol import Task, TaskKind
 
 __all__ = ["GitHubAssignedIssueProvider", "GitHubProvider"]

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .._config import FaultConfig, QueueConfig, Trigger
-from .._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
+from ..config._config import FaultConfig, QueueConfig, Trigger
+from ..config._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
 from .protocol import Task, TaskKind
 
 __all__ = ["MemoryQueueProvider"]

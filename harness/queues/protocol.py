@@ -1,7 +1,7 @@
 """What the kernel needs from a host: the assigned tasks in order, and marking one done.
 
 Providers signal trouble by raising `RateLimited`, `HostUnavailable` or
-`HostUnauthorized` (harness._exceptions); the kernel owns retries, back-off
+`HostUnauthorized` (harness.config._exceptions); the kernel owns retries, back-off
 and the Blocked* terminals, so every provider gets the same semantics.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from .._config import Trigger
+from ..config._config import Trigger
 
 __all__ = ["HostToolProvider", "QueueProvider", "Task", "TaskKind", "Trigger"]
 

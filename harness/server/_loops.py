@@ -25,15 +25,15 @@ from typing import Any
 
 from filelock import FileLock
 
-from .._completed import CompletedTasks
-from .._config import Config
-from .._exceptions import RateLimited
-from .._kernel import Kernel
 from .._paths import overlaps
-from .._preconditions import check_git, find_git_dir, read_git_state, repository_dirs
-from .._recovery import ActiveRuns
-from .._worktree_lock import WorktreeBusy, lock_worktree
+from ..config._config import Config
+from ..config._exceptions import RateLimited
+from ..git._preconditions import check_git, find_git_dir, read_git_state, repository_dirs
+from ..git._worktree_lock import WorktreeBusy, lock_worktree
+from ..kernel._completed import CompletedTasks
+from ..kernel._kernel import Kernel
 from ..queues import make_provider
+from ..record._recovery import ActiveRuns
 from ._modules import BindingError, agent_section
 from ._pending import Pending
 from ._state import State, StateError, Workspace

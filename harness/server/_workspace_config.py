@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .._config import Config, parse_config
-from .._exceptions import ConfigError
+from ..config._config import Config, parse_config
+from ..config._exceptions import ConfigError
 
 __all__ = ["SECTIONS", "WorkspaceConfigError", "merged", "queue_identity", "run_config", "sections_of", "written"]
 

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from harness import Terminal, read_transcript, testing
-from harness._conformance import Conformance, Status
-from harness._host_tools import TOOL_SPECS
+from harness.conformance._conformance import Conformance, Status
+from harness.host._host_tools import TOOL_SPECS
 from harness.inference._prompting import TOOLS
 from harness.pytest_plugin import LOOP_INFERENCE
 from harness.testing import make_workspace

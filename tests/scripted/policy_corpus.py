@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import Policy
-from harness._config import RuleConfig
+from harness.config._config import RuleConfig
 
 # Literal rules (not harness.testing's): tools/try_mutant.py imports this module beside mutmut's copy of the
 # package, which is as old as the mutation run.

@@ -7,7 +7,7 @@ names its code, its count, its limit, the key and where the limit came from.
 import pytest
 
 from harness import Terminal
-from harness._budget import (
+from harness.budget._budget import (
     CONVERGE_PROMPT,
     NUDGE_PROMPT,
     Account,
@@ -16,9 +16,9 @@ from harness._budget import (
     convergence_window,
     repeated_cycle,
 )
-from harness._config import ConfigError
-from harness._limits import DEFAULTS, resolve_autonomy
-from harness._questions import Option, choose, form_fields, restate
+from harness.budget._questions import Option, choose, form_fields, restate
+from harness.config._config import ConfigError
+from harness.config._limits import DEFAULTS, resolve_autonomy
 from harness.pytest_plugin import LOOP_SCRIPTED
 
 pytestmark = LOOP_SCRIPTED

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import read_transcript
-from harness._changes import ChangeMeter
+from harness.budget._changes import ChangeMeter
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn

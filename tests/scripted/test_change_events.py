@@ -12,8 +12,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from harness._changes import ChangeCount, ChangeMeter
-from harness._worktree_events import WorktreeEvents
+from harness.budget._changes import ChangeCount, ChangeMeter
+from harness.git._worktree_events import WorktreeEvents
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import make_workspace
 

@@ -25,11 +25,11 @@ import pygit2
 import pytest
 
 from harness import read_transcript
-from harness._commit import commit_task
-from harness._config import CommitConfig
-from harness._policy import Policy
-from harness._terminals import Terminal
+from harness.config._config import CommitConfig
+from harness.git._commit import commit_task
+from harness.policy._policy import Policy
 from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.record._terminals import Terminal
 from harness.testing import READ_ALL, WRITE_SRC, Workspace, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 
@@ -331,8 +331,8 @@ def test_a_change_set_that_cannot_be_read_fails_closed(scripted_scenario, harnes
     """Today a change meter that could not start skips the caps and lets the task through; the boundary's
     judgement does not depend on it: what cannot be read is refused (git's status with directory binds, the
     upper layer with the overlay)."""
-    import harness._overlay as overlay_module
-    import harness._run as run_module
+    import harness.kernel._run as run_module
+    import harness.sandbox._overlay as overlay_module
 
     def unreadable(*args: Any, **kwargs: Any) -> None:
         if worktree == "bind":
@@ -370,7 +370,7 @@ def test_the_commit_refuses_a_denied_change_it_finds_and_commits_nothing(tmp_pat
 
 
 def _rule(data: dict[str, Any]) -> Any:
-    from harness._config import RuleConfig
+    from harness.config._config import RuleConfig
 
     return RuleConfig.model_validate(data)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import testing
-from harness._conformance import CHECKS
+from harness.conformance._conformance import CHECKS
 from harness.pytest_plugin import LOOP_SCRIPTED
 from scripted_agents.presets import conformant, turn, write_turn
 

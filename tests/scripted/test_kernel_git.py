@@ -24,7 +24,7 @@ import pytest
 from pygit2.enums import DiffOption
 
 from harness import read_transcript
-from harness._preconditions import read_git_state
+from harness.git._preconditions import read_git_state
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import READ_ALL, WRITE_SRC, Workspace, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn

@@ -214,8 +214,8 @@ def test_a_command_joins_the_agents_sandbox_with_no_power(tmp_path):
 
 
 def _planned(tmp_path: Path, worktree: Path):
-    from harness._config import RuleConfig, SandboxConfig
-    from harness._sandbox import find_bwrap, plan_sandbox
+    from harness.config._config import RuleConfig, SandboxConfig
+    from harness.sandbox._sandbox import find_bwrap, plan_sandbox
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -238,7 +238,7 @@ def _spawn(sandbox, argv: list[str], cwd: Path) -> subprocess.Popen:
 
 
 def _overlay_on(tmp_path: Path, files: dict[str, str]):
-    from harness._overlay import WorktreeOverlay
+    from harness.sandbox._overlay import WorktreeOverlay
 
     worktree = tmp_path / "tree"
     for name, text in files.items():

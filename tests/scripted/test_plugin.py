@@ -110,7 +110,7 @@ import sys
 
 def test_plain():
     assert "harness.pytest_plugin" in sys.modules
-    assert "acp" not in sys.modules and "harness._kernel" not in sys.modules, sorted(sys.modules)
+    assert "acp" not in sys.modules and "harness.kernel._kernel" not in sys.modules, sorted(sys.modules)
 """
     )
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)

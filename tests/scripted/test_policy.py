@@ -7,8 +7,8 @@ import os
 import pytest
 
 from harness import Policy
-from harness._config import RuleConfig
-from harness._shell import Unparseable, parse_invocation
+from harness.config._config import RuleConfig
+from harness.policy._shell import Unparseable, parse_invocation
 from harness.pytest_plugin import LOOP_SCRIPTED
 
 pytestmark = LOOP_SCRIPTED

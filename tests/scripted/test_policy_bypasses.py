@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness import ConfigError, Policy, Terminal, read_transcript
-from harness._config import RuleConfig
+from harness.config._config import RuleConfig
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import READ_ALL
 from scripted_agents.presets import scenario, turn

@@ -22,9 +22,9 @@ import pytest
 from policy_corpus import CAREFUL_CORE
 
 from harness import Policy, Terminal
-from harness._config import RuleConfig
-from harness._policy import Turn
-from harness._shell import Unparseable, parse_script
+from harness.config._config import RuleConfig
+from harness.policy._policy import Turn
+from harness.policy._shell import Unparseable, parse_script
 from harness.pytest_plugin import LOOP_SCRIPTED
 from scripted_agents.presets import commit_step, scenario, turn, write_turn
 
@@ -935,7 +935,7 @@ def test_a_decision_is_on_record_before_it_is_acted_on(scripted_scenario, harnes
 
 
 def test_an_agent_cannot_ask_the_kernel_to_keep_unbounded_output(tmp_path):
-    from harness._exec import MAX_OUTPUT_LIMIT, ExecHost
+    from harness.sandbox._exec import MAX_OUTPUT_LIMIT, ExecHost
 
     async def run() -> dict:
         host = ExecHost(dict(os.environ))

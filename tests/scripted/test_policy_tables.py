@@ -18,9 +18,9 @@ import pytest
 from policy_corpus import CAREFUL, OPEN, POLICIES, TOOLS, build_worktree, expect, judge, load_rows, policy_of
 
 from harness import Policy
-from harness._config import HOST_SERVER_NAME as HOST
-from harness._config import RuleConfig
-from harness._policy import Turn
+from harness.config._config import HOST_SERVER_NAME as HOST
+from harness.config._config import RuleConfig
+from harness.policy._policy import Turn
 from harness.pytest_plugin import LOOP_SCRIPTED
 
 pytestmark = LOOP_SCRIPTED
@@ -713,7 +713,7 @@ def test_a_terminal_sets_only_harmless_variables(careful, env, outcome):
     ],
 )
 def test_a_terminal_runs_exactly_what_was_judged(careful, worktree, command, args, cwd, argv, workdir):
-    from harness._policy import SHELL
+    from harness.policy._policy import SHELL
 
     verdict = expect(careful.terminal("s1", command, args, {}, cwd, Turn("s1", frozenset({"s1"}))), "allowed")
     assert verdict.argv == tuple(SHELL if w == "SHELL" else w for w in argv)
@@ -1092,7 +1092,7 @@ def test_an_approved_read_is_readable_once_approved(worktree):
 
 def test_a_directory_too_large_to_judge_whole_is_refused(own_worktree, monkeypatch):
     """The walk beneath a directory is bounded (100,000 paths in use; three here)."""
-    from harness import _policy
+    from harness.policy import _policy
 
     monkeypatch.setattr(_policy, "_MAX_CONTENTS", 3)
     for name in ("a", "b"):

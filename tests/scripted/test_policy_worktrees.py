@@ -18,7 +18,7 @@ import pytest
 from policy_corpus import CAREFUL, OPEN, READ_ALL, build_worktree, expect, policy_of
 
 from harness import Policy
-from harness._policy import Turn
+from harness.policy._policy import Turn
 from harness.pytest_plugin import LOOP_SCRIPTED
 
 pytestmark = LOOP_SCRIPTED
@@ -118,7 +118,7 @@ def test_a_link_out_beneath_a_followed_directory_is_named_in_the_refusal(linked)
 
 def test_a_followed_directory_too_large_to_judge_is_refused(tmp_path, monkeypatch):
     """The walk of a reader that follows links is bounded like any other (100,000 paths in use; three here)."""
-    from harness import _policy
+    from harness.policy import _policy
 
     monkeypatch.setattr(_policy, "_MAX_CONTENTS", 3)
     root = make_tree(tmp_path / "wt", files=["many/a", "many/b", "many/c"])
@@ -140,7 +140,7 @@ def test_a_followed_directory_too_large_to_judge_is_refused(tmp_path, monkeypatc
 def test_a_large_directory_no_read_deny_reaches_into_is_read_without_walking_it(tmp_path, monkeypatch, rules):
     """Reading a directory whole walks it only where a read deny may match beneath: a deny elsewhere never
     makes a large directory (node_modules) too large to read."""
-    from harness import _policy
+    from harness.policy import _policy
 
     monkeypatch.setattr(_policy, "_MAX_CONTENTS", 3)
     root = make_tree(tmp_path / "wt", files=["big/a", "big/b", "big/c", "big/d"])

@@ -10,8 +10,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from harness._preconditions import read_git_state, repository_dirs
-from harness._repository_events import RepositoryEvents
+from harness.git._preconditions import read_git_state, repository_dirs
+from harness.git._repository_events import RepositoryEvents
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import make_workspace
 

@@ -9,8 +9,8 @@ import pytest
 from fakegithub import FakeGitHub
 
 from harness import Terminal, load_config, read_transcript
-from harness._config import HOST_TOOLS, QueueConfig
-from harness._host_tools import DEFAULT_TOOLS, HostToolError, HostTools
+from harness.config._config import HOST_TOOLS, QueueConfig
+from harness.host._host_tools import DEFAULT_TOOLS, HostToolError, HostTools
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.queues import HostToolProvider, Task, make_provider
 from harness.testing import write_yaml

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 
 from harness import Terminal, load_config, read_transcript
-from harness._kernel import Kernel, RunState
-from harness._run import Teardown
-from harness._transcript import Transcript
+from harness.kernel._kernel import Kernel, RunState
+from harness.kernel._run import Teardown
 from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.record._transcript import Transcript
 from scripted_agents.presets import scenario, write_turn
 
 pytestmark = LOOP_SCRIPTED

@@ -414,7 +414,7 @@ def test_git_writable_lets_the_agent_commit_but_never_touch_hooks_or_config(tmp_
 )
 def test_a_bad_sandbox_or_commit_setting_names_its_key(tmp_path, changes, key, words):
     from harness import ConfigError
-    from harness._config import parse_config
+    from harness.config._config import parse_config
 
     data = {"workspace": str(tmp_path), "agent": {"command": ["x"]}, **changes}
     with pytest.raises(ConfigError) as raised:
@@ -423,7 +423,7 @@ def test_a_bad_sandbox_or_commit_setting_names_its_key(tmp_path, changes, key, w
 
 
 def test_workspace_as_a_mapping_keeps_its_path_and_turns_the_commit_step_on(tmp_path):
-    from harness._config import parse_config
+    from harness.config._config import parse_config
 
     config = parse_config({"workspace": {"path": ".", "commit": None}, "agent": {"command": ["x"]}}, base_dir=tmp_path)
     assert config.workspace == tmp_path and config.commit is not None and config.commit.push is True

@@ -25,10 +25,10 @@ import psutil
 import pytest
 
 from harness import read_transcript
-from harness._config import RuleConfig
-from harness._egress import _descends_from
-from harness._policy import Policy, host_address
+from harness.config._config import RuleConfig
+from harness.policy._policy import Policy, host_address
 from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.sandbox._egress import _descends_from
 from harness.testing import READ_ALL, WRITE_SRC, agent_messages, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 

@@ -490,8 +490,8 @@ def test_host_unix_sockets_are_out_of_reach_unless_the_config_names_them(tmp_pat
 def test_the_seccomp_program_refuses_what_it_says(tmp_path):
     """The filter alone, under bwrap as the kernel runs it: plain modes, files and programs work; a setuid or
     setgid mode, the keyring and TIOCSTI do not."""
-    from harness._sandbox import find_bwrap
-    from harness._seccomp import seccomp_fd, seccomp_program
+    from harness.sandbox._sandbox import find_bwrap
+    from harness.sandbox._seccomp import seccomp_fd, seccomp_program
 
     program = seccomp_program()
     if program is None:
@@ -682,7 +682,7 @@ def test_a_runs_base_someone_else_planted_is_never_used(tmp_path, planted):
     """The runs' common directory sits in a shared /tmp: another user may make its name first (a link to a
     directory of theirs, a file, a directory they own). The kernel then refuses to run sandboxed rather than
     put its runs' HOME, TMP and proxy socket where that user can read them."""
-    from harness._sandbox import SandboxError, runs_base
+    from harness.sandbox._sandbox import SandboxError, runs_base
 
     name = tmp_path / f"loop-harness-runs-{os.getuid()}"
     elsewhere = tmp_path / "theirs"

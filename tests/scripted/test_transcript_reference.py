@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness._records import transcript_schema
 from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.record._records import transcript_schema
 
 pytestmark = LOOP_SCRIPTED
 

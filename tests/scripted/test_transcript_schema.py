@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 
 from harness import Stop, Terminal, testing
-from harness._records import RecordType, transcript_schema
-from harness._terminals import REASON_KINDS
 from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.record._records import RecordType, transcript_schema
+from harness.record._terminals import REASON_KINDS
 from scripted_agents.presets import scenario, write_turn
 
 pytestmark = LOOP_SCRIPTED

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness import CONTINUE_PROMPT, STANDING_PROMPT, Stop, Terminal
-from harness._budget import NewSegment
-from harness._turns import NextPrompt, PromptKind, TurnOutcome, after_turn, before_turn
+from harness.budget._budget import NewSegment
+from harness.kernel._turns import NextPrompt, PromptKind, TurnOutcome, after_turn, before_turn
 from harness.pytest_plugin import LOOP_SCRIPTED
 
 pytestmark = LOOP_SCRIPTED

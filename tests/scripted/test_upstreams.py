@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pygit2
 
-from harness._preconditions import check_git, read_git_state
-from harness._upstreams import Upstreams
+from harness.git._preconditions import check_git, read_git_state
+from harness.git._upstreams import Upstreams
 from harness.pytest_plugin import LOOP_SCRIPTED
 
 pytestmark = LOOP_SCRIPTED

@@ -49,16 +49,16 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from ._exec import ExecHost, TerminalGone
-from ._files import read_beneath, write_beneath
-from ._overlay import WorktreeOverlay
-from ._policy import Policy, Turn, Verdict
-from ._questions import form_fields
-from ._records import RecordType
-from ._terminals import Stop
-from ._transcript import Transcript
+from ..budget._questions import form_fields
+from ..budget._watch import TaskWatch
+from ..policy._policy import Policy, Turn, Verdict
+from ..record._records import RecordType
+from ..record._terminals import Stop
+from ..record._transcript import Transcript
+from ..sandbox._exec import ExecHost, TerminalGone
+from ..sandbox._files import read_beneath, write_beneath
+from ..sandbox._overlay import WorktreeOverlay
 from ._transport import ARRIVAL
-from ._watch import TaskWatch
 
 __all__ = ["POLICY_REFUSED", "InteractiveHandler", "KernelClient", "TurnState"]
 

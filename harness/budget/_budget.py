@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ._limits import AutonomyConfig
-from ._terminals import Stop, Terminal
+from ..config._limits import AutonomyConfig
+from ..record._terminals import Stop, Terminal
 
 __all__ = [
     "CONVERGE_PROMPT",

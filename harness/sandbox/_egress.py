@@ -27,8 +27,8 @@ import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from ._policy import Verdict, host_address, is_local_address
-from ._records import RecordType
+from ..policy._policy import Verdict, host_address, is_local_address
+from ..record._records import RecordType
 
 __all__ = ["Egress"]
 

@@ -30,14 +30,14 @@ from acp.schema import (
     PromptResponse,
 )
 
+from .._flag import Flag
+from ..config._config import AgentConfig, LimitsConfig
+from ..record._records import RecordType
+from ..record._recovery import TOKEN_VARIABLE
+from ..record._terminals import Stop, Terminal
+from ..record._transcript import Transcript
+from ..sandbox._sandbox import Sandbox
 from ._client import KernelClient
-from ._config import AgentConfig, LimitsConfig
-from ._flag import Flag
-from ._records import RecordType
-from ._recovery import TOKEN_VARIABLE
-from ._sandbox import Sandbox
-from ._terminals import Stop, Terminal
-from ._transcript import Transcript
 from ._transport import AgentProcess, agent_environment
 
 __all__ = ["VERSION", "AgentLink", "Interrupted"]

@@ -25,12 +25,12 @@ from typing import Any
 
 from acp.schema import AgentMessageChunk, ToolCallProgress, ToolCallStart
 
+from ..record._records import RecordType
+from ..record._terminals import Stop, Terminal
+from ..record._transcript import Transcript
 from ._budget import Account, NewSegment
 from ._changes import ChangeMeter
 from ._questions import Choice, Option, choose
-from ._records import RecordType
-from ._terminals import Stop, Terminal
-from ._transcript import Transcript
 
 __all__ = ["TaskWatch"]
 

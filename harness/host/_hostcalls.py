@@ -18,15 +18,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._config import QueueConfig
-from ._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
-from ._preconditions import blocked
-from ._records import RecordType
-from ._terminals import Stop, Terminal
-from ._transcript import Transcript
+from ..config._config import QueueConfig
+from ..config._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
+from ..git._preconditions import blocked
+from ..record._records import RecordType
+from ..record._terminals import Stop, Terminal
+from ..record._transcript import Transcript
 
 if TYPE_CHECKING:
-    from .queues import QueueProvider
+    from ..queues import QueueProvider
 
 __all__ = ["HostCalls"]
 

@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from ._flag import Flag
-from ._records import RecordType
-from ._recovery import end_processes
-from ._transcript import Transcript, compact_json
+from .._flag import Flag
+from ..record._records import RecordType
+from ..record._recovery import end_processes
+from ..record._transcript import Transcript, compact_json
 
 __all__ = ["ARRIVAL", "AgentProcess", "agent_environment"]
 

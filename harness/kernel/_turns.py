@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ._budget import NewSegment
-from ._terminals import Stop, Terminal
+from ..budget._budget import NewSegment
+from ..record._terminals import Stop, Terminal
 
 __all__ = [
     "CONTINUE_PROMPT",

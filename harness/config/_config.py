@@ -279,7 +279,7 @@ class CommitConfig(_Strict):
 
 
 class SandboxConfig(_Strict):
-    """The OS sandbox around the agent and every command the kernel runs for it (see harness/_sandbox.py).
+    """The OS sandbox around the agent and every command the kernel runs for it (see harness/sandbox/_sandbox.py).
     Modes as Codex names them: `workspace-write` (write where write rules allow), `read-only`, `off`."""
 
     mode: Literal["workspace-write", "read-only", "off"] = "workspace-write"
@@ -291,7 +291,7 @@ class SandboxConfig(_Strict):
     git_writable: bool = False
     # `overlay`: the worktree is a copy-on-write overlay whose upper layer is exactly what the agent changed, judged
     # and applied at each task boundary (a write rule grants exactly its paths, a new file's included); `bind`:
-    # the directories write rules open are bound writable, the change set read from git (harness/_overlay.py).
+    # the directories write rules open are bound writable, the change set read from git (harness/sandbox/_overlay.py).
     worktree: Literal["overlay", "bind"] = "overlay"
     # Paths outside the worktree the agent may not even read: each is replaced by an empty read-only one
     # (the control server hides the other workspaces and its own state this way).
@@ -300,7 +300,7 @@ class SandboxConfig(_Strict):
     # host has bound outside the worktree and the run's own dirs is masked.
     sockets: list[Path] = Field(default_factory=list)
     # Well-known credentials of the kernel's user (~/.ssh, ~/.git-credentials, ~/.aws, ~/.config/gh, /etc/shadow, ...)
-    # hidden like `hide` (see harness/_sandbox.py `_CREDENTIALS`); false shows them, as the user could.
+    # hidden like `hide` (see harness/sandbox/_sandbox.py `_CREDENTIALS`); false shows them, as the user could.
     hide_credentials: bool = True
 
     @field_validator("hide", "sockets")

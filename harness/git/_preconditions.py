@@ -23,7 +23,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileStatus, RepositoryState
 
-from ._terminals import Stop, Terminal
+from ..record._terminals import Stop, Terminal
 from ._upstreams import Upstreams
 
 __all__ = ["GitState", "blocked", "check_git", "find_git_dir", "read_git_state", "repository_dirs"]

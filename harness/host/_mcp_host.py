@@ -28,10 +28,10 @@ from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from ._config import HOST_SERVER_NAME
+from ..config._config import HOST_SERVER_NAME
+from ..record._records import RecordType
+from ..record._transcript import Transcript
 from ._host_tools import TOOL_SPECS, HostToolError, HostTools, TaskBinding
-from ._records import RecordType
-from ._transcript import Transcript
 
 __all__ = ["HostToolServer"]
 

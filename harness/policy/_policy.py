@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._paths import real_path
+from ..config._config import HOST_SERVER_NAME, RuleConfig
 from ._commands import PathArg, Refused, analyze, names_path
-from ._config import HOST_SERVER_NAME, RuleConfig
-from ._paths import real_path
 from ._shell import Command, Unparseable, parse_invocation
 
 __all__ = [

@@ -7,7 +7,7 @@
           the stop reason + what the turn did → the next prompt, or the task's terminal
 
 `Kernel` is the facade a caller holds (config, `cancel`, `steer`, `status`); each `run()` makes a
-`Run` (harness/_run.py) that holds what the run opened. The link maps agent faults, deadlines and
+`Run` (harness/kernel/_run.py) that holds what the run opened. The link maps agent faults, deadlines and
 cancels to stops; `HostCalls` maps host trouble (retries, back-off) to Blocked* stops. Every message
 and decision lands in the transcript, and the terminal is its last line.
 """
@@ -23,17 +23,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ._agent_link import VERSION
-from ._client import InteractiveHandler
-from ._config import Config, check_transcripts_outside
-from ._exceptions import ConfigError
-from ._records import RecordType
-from ._recovery import ActiveRuns
-from ._results import RunResult, TaskResult
+from ..config._config import Config, check_transcripts_outside
+from ..config._exceptions import ConfigError
+from ..link._agent_link import VERSION
+from ..link._client import InteractiveHandler
+from ..queues import QueueProvider, make_provider
+from ..record._records import RecordType
+from ..record._recovery import ActiveRuns
+from ..record._results import RunResult, TaskResult
+from ..record._terminals import Stop, Terminal
+from ..record._transcript import Transcript
 from ._run import Controls, Run, RunState
-from ._terminals import Stop, Terminal
-from ._transcript import Transcript
-from .queues import QueueProvider, make_provider
 
 __all__ = ["Kernel", "RunState", "default_transcript_path"]
 
@@ -63,7 +63,7 @@ class Kernel:
         observer: called with every transcript record as it is written (progress, tests).
         on_task_boundary: awaited between tasks, after a task completed and before the queue is listed
             again, with the number completed so far in this run (the soak samples and checks there).
-        worktree_locked: the caller holds the worktree's lock (harness/_worktree_lock.py) for this run;
+        worktree_locked: the caller holds the worktree's lock (harness/git/_worktree_lock.py) for this run;
             otherwise the run takes it before anything else, and a second loop is refused.
         completions: a file the caller keys by its own queue identity (the control server) where completed
             task ids are kept, whatever the provider, and never cleared at `Idle`; the next run skips them.

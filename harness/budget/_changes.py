@@ -32,8 +32,8 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DiffOption, FileStatus
 
-from ._overlay import WorktreeOverlay
-from ._worktree_events import WorktreeEvents
+from ..git._worktree_events import WorktreeEvents
+from ..sandbox._overlay import WorktreeOverlay
 
 __all__ = ["ChangeCount", "ChangeMeter"]
 

@@ -33,11 +33,11 @@ from typing import Any
 
 import pygit2
 
-from ._change_set import Change, judge_change_set, refusal_reason
-from ._config import CommitConfig
-from ._policy import Policy
+from ..config._config import CommitConfig
+from ..link._transport import pin_git
+from ..policy._change_set import Change, judge_change_set, refusal_reason
+from ..policy._policy import Policy
 from ._preconditions import repository_dirs
-from ._transport import pin_git
 
 __all__ = ["commit_task"]
 

@@ -28,8 +28,8 @@ from typing import Any
 import pygit2
 from pygit2.enums import FileStatus
 
-from ._overlay import OverlayChange, WorktreeOverlay
-from ._paths import within
+from .._paths import within
+from ..sandbox._overlay import OverlayChange, WorktreeOverlay
 from ._policy import Policy, Verdict
 
 __all__ = [
@@ -217,7 +217,7 @@ def _judge_in_place(policy: Policy, where: str) -> Verdict:
     return policy.judge_place("write", relative)  # the rules alone: deny wins, no rule refuses
 
 
-# --- the overlay's change set (harness/_overlay.py) ------------------------------------------------------
+# --- the overlay's change set (harness/sandbox/_overlay.py) ------------------------------------------------------
 
 
 def judge_overlay(changes: Sequence[OverlayChange], overlay: WorktreeOverlay, policy: Policy) -> list[Judged]:

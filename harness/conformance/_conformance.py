@@ -35,11 +35,11 @@ from typing import Any
 
 import psutil
 
-from ._config import parse_config
-from ._kernel import Kernel
+from ..config._config import parse_config
+from ..kernel._kernel import Kernel
+from ..record._transcript import read_transcript
+from ..testing import OUT_RULES, READ_ALL, make_workspace
 from ._process_tree import AgentCounters, agent_counters, what_the_agent_holds
-from ._transcript import read_transcript
-from .testing import OUT_RULES, READ_ALL, make_workspace
 
 __all__ = ["CHECKS", "CheckResult", "Conformance", "Status"]
 

@@ -32,9 +32,23 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import FileMode
 
-from ._agent_link import AgentLink, Interrupted
-from ._budget import CONVERGE_PROMPT, Account, NewSegment, StopCode
-from ._change_set import (
+from .._flag import Flag
+from ..budget._budget import CONVERGE_PROMPT, Account, NewSegment, StopCode
+from ..budget._changes import ChangeMeter
+from ..budget._questions import restate
+from ..budget._watch import TaskWatch
+from ..config._config import Config
+from ..git._commit import commit_task
+from ..git._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state, repository_dirs
+from ..git._repository_events import RepositoryEvents
+from ..git._upstreams import Upstreams
+from ..git._worktree_events import WorktreeEvents
+from ..git._worktree_lock import WorktreeBusy, lock_worktree
+from ..host._hostcalls import HostCalls
+from ..link._agent_link import AgentLink, Interrupted
+from ..link._client import InteractiveHandler, KernelClient
+from ..link._transport import agent_environment
+from ..policy._change_set import (
     HEAD_NOW,
     ChangeSetUnreadable,
     change_refusal,
@@ -44,36 +58,30 @@ from ._change_set import (
     refusal_reason,
     unreadable_reason,
 )
-from ._changes import ChangeMeter
-from ._client import InteractiveHandler, KernelClient
-from ._commit import commit_task
+from ..policy._policy import Policy
+from ..queues import QueueProvider, Task
+from ..record._records import RecordType
+from ..record._recovery import TOKEN_VARIABLE, ActiveRuns
+from ..record._results import TaskResult
+from ..record._terminals import Stop, Terminal
+from ..record._transcript import Transcript
+from ..sandbox._egress import Egress
+from ..sandbox._exec import ExecHost
+from ..sandbox._overlay import OverlayChange, OverlayUnreadable, WorktreeOverlay
+from ..sandbox._sandbox import (
+    PROXY_PORT,
+    Sandbox,
+    SandboxError,
+    find_bwrap,
+    plan_sandbox,
+    runs_base,
+    sandbox_unavailable,
+)
 from ._completed import CompletedTasks
-from ._config import Config
-from ._egress import Egress
-from ._exec import ExecHost
-from ._flag import Flag
-from ._hostcalls import HostCalls
-from ._overlay import OverlayChange, OverlayUnreadable, WorktreeOverlay
-from ._policy import Policy
-from ._preconditions import GitState, blocked, check_git, find_git_dir, read_git_state, repository_dirs
-from ._questions import restate
-from ._records import RecordType
-from ._recovery import TOKEN_VARIABLE, ActiveRuns
-from ._repository_events import RepositoryEvents
-from ._results import TaskResult
-from ._sandbox import PROXY_PORT, Sandbox, SandboxError, find_bwrap, plan_sandbox, runs_base, sandbox_unavailable
-from ._terminals import Stop, Terminal
-from ._transcript import Transcript
-from ._transport import agent_environment
 from ._turns import SEGMENT_PROMPT, PromptKind, TurnOutcome, after_turn, before_turn
-from ._upstreams import Upstreams
-from ._watch import TaskWatch
-from ._worktree_events import WorktreeEvents
-from ._worktree_lock import WorktreeBusy, lock_worktree
-from .queues import QueueProvider, Task
 
 if TYPE_CHECKING:
-    from ._mcp_host import HostToolServer
+    from ..host._mcp_host import HostToolServer
 
 __all__ = ["Agent", "Controls", "Run", "RunState", "Teardown"]
 
@@ -412,8 +420,8 @@ class Run:
                 RecordType.HOST_TOOLS, served=False, why="the agent does not advertise mcpCapabilities.http"
             )
             return None
-        from ._host_tools import HostTools  # the MCP server costs ~0.5 s to import: only when it is used
-        from ._mcp_host import HostToolServer
+        from ..host._host_tools import HostTools  # the MCP server costs ~0.5 s to import: only when it is used
+        from ..host._mcp_host import HostToolServer
 
         tools = HostTools(self.provider, workspace=self.config.workspace, git_dir=self.git_dir,
                           base_branch=self.config.queue.base_branch, host_calls=self.host.call)  # fmt: skip

@@ -23,9 +23,9 @@ from typing import Any, Protocol, TypeVar
 
 import pygit2
 
-from ._questions import Choice, Option
-from ._terminals import Stop
-from .queues import HostToolProvider, QueueProvider, Task, TaskKind
+from ..budget._questions import Choice, Option
+from ..queues import HostToolProvider, QueueProvider, Task, TaskKind
+from ..record._terminals import Stop
 
 __all__ = ["DEFAULT_TOOLS", "TOOL_SPECS", "HostToolError", "HostTools", "TaskBinding"]
 

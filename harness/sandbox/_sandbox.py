@@ -12,7 +12,7 @@ command the kernel runs for it start under `bwrap` with a view derived from the 
                            directory is hidden (an empty directory over the runs' common parent)
     the worktree           `workspace-write` with `worktree: overlay` (the default): a copy-on-write overlay whose
                            upper layer is the task's change set, judged and applied at the boundary
-                           (harness/_overlay.py); with `bind`: read-only, writable where a write rule allows;
+                           (harness/sandbox/_overlay.py); with `bind`: read-only, writable where a write rule allows;
                            `read-only`: read-only
     protected paths        read-only again on top: `.git` (and a `gitdir:` target), every nested `.git`, what
                            looks like a bare repository, the run's own files, `policy.protected_paths`, paths
@@ -48,12 +48,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ._config import RuleConfig, SandboxConfig
+from .._paths import overlaps, within
+from ..config._config import RuleConfig, SandboxConfig
+from ..models._resolve import model_cache_dir
+from ..policy._policy import glob_matches
 from ._overlay import WorktreeOverlay
-from ._paths import overlaps, within
-from ._policy import glob_matches
 from ._seccomp import REFUSED, seccomp_fd, seccomp_program
-from .models._resolve import model_cache_dir
 
 __all__ = ["PROXY_PORT", "Sandbox", "SandboxError", "find_bwrap", "plan_sandbox", "runs_base", "sandbox_unavailable"]
 
@@ -120,7 +120,7 @@ class Sandbox:
     sockets_reachable: tuple[str, ...] = ()
     sockets_beside: tuple[str, ...] = ()
     #: the worktree as a copy-on-write overlay (`sandbox.worktree: overlay`): what the agent changed is its upper
-    #: layer, judged and applied at the task boundary (harness/_overlay.py)
+    #: layer, judged and applied at the task boundary (harness/sandbox/_overlay.py)
     overlay: WorktreeOverlay | None = None
     args: tuple[str, ...] = field(init=False)
     _overlay_at: int = field(init=False, default=-1)

@@ -1,0 +1,1 @@
+"""The workspace policy: rules, the command and shell readers, and the change set judged at the boundary."""

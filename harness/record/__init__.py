@@ -1,0 +1,1 @@
+"""What a run writes: the transcript, its record types and schema, terminals and reasons, recovery."""

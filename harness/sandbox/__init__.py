@@ -1,0 +1,1 @@
+"""The OS sandbox: the bwrap plan, the worktree overlay, seccomp, the egress proxy and bridge, exec, files."""
