@@ -331,7 +331,7 @@ def test_a_change_set_that_cannot_be_read_fails_closed(scripted_scenario, harnes
     """Today a change meter that could not start skips the caps and lets the task through; the boundary's
     judgement does not depend on it: what cannot be read is refused (git's status with directory binds, the
     upper layer with the overlay)."""
-    import harness.kernel._run as run_module
+    import harness.kernel._landing as run_module
     import harness.sandbox._overlay as overlay_module
 
     def unreadable(*args: Any, **kwargs: Any) -> None:
