@@ -5,7 +5,7 @@ through the original code and through the mutant (in one process: mutmut's tramp
 from MUTANT_UNDER_TEST). A request whose verdict differs shows the mutant is not equivalent; one refused
 by the original and allowed by the mutant shows a surviving refusal-to-allow mutant. Prints the counts,
 and with --record FILE appends the first distinguishing request of each mutant, with the original's
-verdict, as rows of tests/scripted/policy_verdicts.jsonl (to be read and checked before committing).
+verdict, as rows of tests/helpers/policy_verdicts.jsonl (to be read and checked before committing).
 
 Usage: python tools/hunt_mutants.py [--record FILE] [--limit N]   (after `mutmut run`, from the root)
 """
@@ -31,7 +31,7 @@ sys.path.insert(1, str(ROOT))
 os.environ["MUTANT_UNDER_TEST"] = ""
 
 import harness  # noqa: E402
-from tests.scripted import policy_corpus  # noqa: E402
+from tests.helpers import policy_corpus  # noqa: E402
 
 Request = tuple[str, str, object]  # (policy, how, request)
 

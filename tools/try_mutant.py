@@ -7,7 +7,7 @@ judges differently:
 
 Each line of CASES is {"policy": "careful"|"open"|"tools", "how": "bash"|"exec"|"exec@src"|"argv"|"read"|
 "write"|"tool", "request": ...}; "policy_rules": [...] instead of "policy" judges with a policy of your own (rule
-dicts as in policy.yaml) against the same worktree (tests/scripted/policy_corpus.py builds it). Prints both
+dicts as in policy.yaml) against the same worktree (tests/helpers/policy_corpus.py builds it). Prints both
 verdicts per case and marks REFUSAL->ALLOW where the original refuses and the mutant allows. With
 `--record FILE`, appends each case the mutant judges differently as a row of policy_verdicts.jsonl, with the
 original's verdict (read it before committing).
@@ -32,7 +32,7 @@ os.environ["MUTANT_UNDER_TEST"] = ""
 from hunt_mutants import _hung, verdict_key  # noqa: E402
 
 import harness  # noqa: E402
-from tests.scripted import policy_corpus  # noqa: E402
+from tests.helpers import policy_corpus  # noqa: E402
 
 
 def main() -> None:

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -39,6 +37,7 @@ from ..config._config import parse_config
 from ..kernel._kernel import Kernel
 from ..record._transcript import read_transcript
 from ..testing import OUT_RULES, READ_ALL, make_workspace
+from ._evidence import Probe, carried_out, changed_paths, snapshot, target, work_after_cancel
 from ._process_tree import AgentCounters, agent_counters, what_the_agent_holds
 
 __all__ = ["CHECKS", "CheckResult", "Conformance", "Status"]
@@ -54,15 +53,6 @@ RUNNING_PROMPT = ("Create the file out/1.txt containing the word one. Then creat
 #: The cancel-running probe cancels this long after the agent's first session/update (its turn is running),
 #: once none of its requests is pending; if one still is this much later again, it cancels anyway.
 RUNNING_DELAY_S = 1.0
-#: What the agent sent within this of the cancel crossed it on the wire (it may not have read the cancel yet):
-#: only what comes later is work after the cancel.
-IN_FLIGHT_S = 0.5
-#: Requests that wind down what was running (a terminal killed, released, its output collected): what a cancel
-#: asks for, not work after it.
-WIND_DOWN = frozenset({"terminal/kill", "terminal/release", "terminal/output", "terminal/wait_for_exit"})
-#: The session/update kinds that are a turn's work: ACP lets them come after session/cancel, but only before the
-#: prompt's answer (a usage or commands update may come whenever).
-TURN_UPDATES = frozenset({"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan"})
 #: A run that ended so stopped the sessions probe because the agent broke, not because it missed its task.
 AGENT_BROKE = frozenset({"agent_exited", "agent_error", "framing_error", "protocol_error", "agent_timeout"})
 WRITE = "fs/write_text_file"
@@ -104,29 +94,6 @@ class CheckResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "status": self.status.value, "invariant": CHECKS[self.check]}
-
-
-@dataclass
-class Probe:
-    name: str
-    records: list[dict[str, Any]]
-    transcript: Path
-    changed: list[str]  # workspace files added, changed or removed (outside .git)
-    terminal: str
-    reason: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def rpc(self, direction: str, method: str | None = None) -> Iterator[dict[str, Any]]:
-        for record in self.records:
-            is_rpc = record["type"] == "rpc" and record["dir"] == direction
-            if is_rpc and (method is None or record["msg"].get("method") == method):
-                yield record
-
-    def answer(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """The response record to a request record (the other direction, the same id)."""
-        other = "in" if request["dir"] == "out" else "out"
-        wanted = request["msg"].get("id")
-        return next((r for r in self.rpc(other) if "method" not in r["msg"] and r["msg"].get("id") == wanted), None)
 
 
 class Conformance:
@@ -219,13 +186,13 @@ class Conformance:
         **kernel_options: Any,
     ) -> Probe:
         workspace = make_workspace(self.root / name, ignore=["out/"]).path
-        before = _snapshot(workspace)
+        before = snapshot(workspace)
         at_first_ask: list[list[str]] = []  # what the agent had changed itself when it first asked
         outer = kernel_options.pop("observer", None)
 
         def observe(record: dict[str, Any]) -> None:
             if not at_first_ask and record["type"] == "rpc" and record["msg"].get("method") == PERMISSION:
-                at_first_ask.append(_changed(before, _snapshot(workspace)))
+                at_first_ask.append(changed_paths(before, snapshot(workspace)))
             if outer is not None:
                 outer(record)
 
@@ -234,7 +201,7 @@ class Conformance:
                         **kernel_options)  # fmt: skip
         self._kernel = kernel
         result = await kernel.run(prompt=prompt)
-        changed = _changed(before, _snapshot(workspace))
+        changed = changed_paths(before, snapshot(workspace))
         probe = Probe(name, read_transcript(transcript), transcript, changed, result.terminal.value, result.reason)
         probe.extra["changed_before_asking"] = at_first_ask[0] if at_first_ask else None
         self.probes[name] = probe
@@ -395,8 +362,8 @@ class Conformance:
             method = record["msg"].get("method")
             if method == PERMISSION:
                 asked = True
-            elif method in EFFECTS and not asked and _carried_out(probe, record):
-                return fail(f"{method} {_target(record['msg'])} with no permission asked first")
+            elif method in EFFECTS and not asked and carried_out(probe, record):
+                return fail(f"{method} {target(record['msg'])} with no permission asked first")
         early = probe.extra["changed_before_asking"]
         if early:
             return fail(f"changed {', '.join(early)} itself before it first asked")
@@ -420,7 +387,7 @@ class Conformance:
             if record["type"] == "policy" and record["source"] == PERMISSION and record["decision"] != "allow":
                 refused = refused or record
             elif refused is not None and record["type"] == "rpc" and record["msg"].get("method") == WRITE:
-                evidence = f"{WRITE} {_target(record['msg'])} after its permission was refused"
+                evidence = f"{WRITE} {target(record['msg'])} after its permission was refused"
                 return self._result("refusal-honoured", Status.FAIL, evidence, probe)
         if probe.changed:
             how = "after its permission was refused" if refused else "with no permission refused first"
@@ -452,7 +419,7 @@ class Conformance:
             ended = f"ended {probe.terminal}: {probe.reason}"
             return Status.NOT_EXERCISED, f"{probe.name}: its turn ended before a cancel ({ended})"
         after = f"sent {'on ' if probe.name == 'cancel' else ''}{probe.extra.get('trigger')}"
-        work = _work_after_cancel(probe)
+        work = work_after_cancel(probe)
         if cancelled.get("killed"):
             went_on = f"; it went on: {work}" if work else ""
             grace = f"{self.cancel_grace:g} s"
@@ -560,82 +527,3 @@ async def _settled(process: psutil.Process, retries: int = 25) -> AgentCounters 
         return previous
     except psutil.Error as exc:
         return f"{type(exc).__name__}: {exc}"
-
-
-def _snapshot(root: Path) -> dict[str, str]:
-    """Every file under `root` but .git, by content digest (a symlink by its target); what cannot be read is
-    marked so, not skipped (an agent's unreadable file or directory is a change too)."""
-    files: dict[str, str] = {}
-
-    def unreadable(error: OSError) -> None:
-        if error.filename:
-            files[os.path.relpath(error.filename, root)] = f"unreadable: {error.strerror}"
-
-    for directory, subdirectories, names in os.walk(root, onerror=unreadable):
-        if directory == str(root):
-            subdirectories[:] = [d for d in subdirectories if d != ".git"]
-        for name in [*names, *(d for d in subdirectories if os.path.islink(os.path.join(directory, d)))]:
-            path = os.path.join(directory, name)
-            relative = os.path.relpath(path, root)
-            try:
-                if os.path.islink(path):
-                    files[relative] = "-> " + os.readlink(path)
-                else:
-                    with open(path, "rb") as f:
-                        files[relative] = hashlib.file_digest(f, "sha256").hexdigest()
-            except OSError as exc:
-                files[relative] = f"unreadable: {exc.strerror}"
-    return files
-
-
-def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
-
-
-def _carried_out(probe: Probe, request: dict[str, Any]) -> bool:
-    """The kernel did what the agent asked (answered it with a result, not the policy's refusal)."""
-    answer = probe.answer(request)
-    return answer is not None and "result" in answer["msg"]
-
-
-def _work_after_cancel(probe: Probe) -> str:
-    """What the agent started after session/cancel: a request (but winding a terminal down) or a new tool call
-    more than IN_FLIGHT_S after it; a request or a turn's session/update after its answer to the prompt. "" for
-    nothing."""
-    sent = next(probe.rpc("out", "session/cancel"), None)
-    if sent is None:
-        return ""
-    prompts = list(probe.rpc("out", "session/prompt"))
-    answer = probe.answer(prompts[-1]) if prompts else None
-    seen, answered, work = False, False, []
-    for record in probe.records:
-        seen = seen or record is sent
-        answered = answered or record is answer
-        if not seen or record["type"] != "rpc" or record["dir"] != "in":
-            continue
-        message, late = record["msg"], record["t"] - sent["t"] > IN_FLIGHT_S
-        method = message.get("method")
-        at = f" +{(record['t'] - sent['t']) * 1000:.0f} ms"
-        if method == "session/update":
-            update = (message.get("params") or {}).get("update") or {}
-            kind = update.get("sessionUpdate")
-            if answered and kind in TURN_UPDATES:
-                work.append(f"session/update {kind} after its answer{at}")
-            elif kind == "tool_call" and late:
-                work.append(f"tool call {str(update.get('title') or update.get('toolCallId'))!r}{at}")
-        elif method is not None and "id" in message and method not in WIND_DOWN and (late or answered):
-            work.append(f"{method} {_target(message)}".rstrip() + at)
-    if not work:
-        return ""
-    last = work[-1].rsplit(" +", 1)[-1]
-    return (
-        f"{len(work)} request(s), tool call(s) or update(s) after it, the last at +{last}: "
-        + ", ".join(work[:4])
-        + (", ..." if len(work) > 4 else "")
-    )
-
-
-def _target(message: dict[str, Any]) -> str:
-    params = message.get("params") or {}
-    call = params.get("toolCall") or {}
-    return str(params.get("path") or params.get("command") or call.get("title") or "")

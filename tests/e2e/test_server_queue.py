@@ -17,9 +17,7 @@ from harness.pytest_plugin import LOOP_E2E
 from harness.testing import OUT_RULES, make_workspace, write_yaml
 from scripted_agents.presets import turn, write_turn
 from tests.e2e.test_server_loops import wait_for
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scripted"))  # the loopback GitHub the scripted tier uses
-from fakegithub import FakeGitHub
+from tests.helpers.fakegithub import FakeGitHub
 
 pytestmark = LOOP_E2E
 

@@ -4,16 +4,12 @@ driven twice, and each is closed once."""
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 from harness.pytest_plugin import LOOP_E2E
 from harness.testing import OUT_RULES, make_workspace, write_yaml
 from scripted_agents.presets import write_turn
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "scripted"))  # the loopback GitHub the scripted tier uses
-from fakegithub import FakeGitHub
+from tests.helpers.fakegithub import FakeGitHub
 
 pytestmark = LOOP_E2E
 

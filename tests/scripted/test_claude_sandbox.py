@@ -27,7 +27,7 @@ from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.server._modules import ADAPTERS
 from harness.testing import loop_config, make_workspace, write_yaml
-from tests.scripted.adapter_table import (
+from tests.helpers.adapter_table import (
     HELLO,
     TABLE,
     WRITER,
@@ -37,8 +37,8 @@ from tests.scripted.adapter_table import (
     writer_files,
     writer_rules,
 )
-from tests.scripted.fake_messages import FakeMessages, bash, text
-from tests.scripted.npm_adapters import npm_adapter
+from tests.helpers.fake_messages import FakeMessages, bash, text
+from tests.helpers.npm_adapters import npm_adapter
 
 pytestmark = LOOP_SCRIPTED
 

@@ -23,7 +23,7 @@ from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.server._modules import ADAPTERS
 from harness.testing import loop_config, make_workspace, write_yaml
-from tests.scripted.adapter_table import (
+from tests.helpers.adapter_table import (
     HELLO,
     TABLE,
     WRITER,
@@ -33,8 +33,8 @@ from tests.scripted.adapter_table import (
     writer_files,
     writer_rules,
 )
-from tests.scripted.fake_responses import FakeResponses, message, shell_call
-from tests.scripted.npm_adapters import npm_adapter
+from tests.helpers.fake_responses import FakeResponses, message, shell_call
+from tests.helpers.npm_adapters import npm_adapter
 
 pytestmark = LOOP_SCRIPTED
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from fakegithub import FakeGitHub
 
 from harness import Terminal, read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
 from scripted_agents.presets import scenario, turn
+from tests.helpers.fakegithub import FakeGitHub
 
 pytestmark = LOOP_SCRIPTED
 

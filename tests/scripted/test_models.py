@@ -11,10 +11,10 @@ import threading
 import zipfile
 
 import pytest
-from fakehub import FakeHub
 
 from harness.models import LockError, ModelLock
 from harness.pytest_plugin import LOOP_SCRIPTED
+from tests.helpers.fakehub import FakeHub
 
 pytestmark = LOOP_SCRIPTED
 

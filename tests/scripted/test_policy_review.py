@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from policy_corpus import CAREFUL_CORE
 
 from harness import Policy, Terminal
 from harness.config._config import RuleConfig
@@ -27,6 +26,7 @@ from harness.policy._policy import Turn
 from harness.policy._shell import Unparseable, parse_script
 from harness.pytest_plugin import LOOP_SCRIPTED
 from scripted_agents.presets import commit_step, scenario, turn, write_turn
+from tests.helpers.policy_corpus import CAREFUL_CORE
 
 pytestmark = LOOP_SCRIPTED
 

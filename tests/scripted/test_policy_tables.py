@@ -15,13 +15,23 @@ import os
 from pathlib import Path
 
 import pytest
-from policy_corpus import CAREFUL, OPEN, POLICIES, TOOLS, build_worktree, expect, judge, load_rows, policy_of
 
 from harness import Policy
 from harness.config._config import HOST_SERVER_NAME as HOST
 from harness.config._config import RuleConfig
 from harness.policy._policy import Turn
 from harness.pytest_plugin import LOOP_SCRIPTED
+from tests.helpers.policy_corpus import (
+    CAREFUL,
+    OPEN,
+    POLICIES,
+    TOOLS,
+    build_worktree,
+    expect,
+    judge,
+    load_rows,
+    policy_of,
+)
 
 pytestmark = LOOP_SCRIPTED
 
@@ -788,7 +798,7 @@ def test_the_search_path_loses_every_directory_an_agent_could_plant_a_program_in
 
 # --- the recorded table ---------------------------------------------------------------------------
 
-_ROWS = load_rows(Path(__file__).with_name("policy_verdicts.jsonl"))
+_ROWS = load_rows(Path(__file__).parents[1] / "helpers" / "policy_verdicts.jsonl")
 
 
 @pytest.fixture(name="policies", scope="module")

@@ -15,11 +15,11 @@ import shlex
 from pathlib import Path
 
 import pytest
-from policy_corpus import CAREFUL, OPEN, READ_ALL, build_worktree, expect, policy_of
 
 from harness import Policy
 from harness.policy._policy import Turn
 from harness.pytest_plugin import LOOP_SCRIPTED
+from tests.helpers.policy_corpus import CAREFUL, OPEN, READ_ALL, build_worktree, expect, policy_of
 
 pytestmark = LOOP_SCRIPTED
 

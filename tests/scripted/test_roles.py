@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import pytest
-from fakegithub import FakeGitHub
 
 from harness import Terminal, load_config, read_transcript
 from harness.config._config import HOST_TOOLS, QueueConfig
@@ -15,6 +14,7 @@ from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.queues import HostToolProvider, Task, make_provider
 from harness.testing import write_yaml
 from scripted_agents.presets import scenario, turn
+from tests.helpers.fakegithub import FakeGitHub
 
 pytestmark = LOOP_SCRIPTED
 

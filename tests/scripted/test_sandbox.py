@@ -27,7 +27,7 @@ from harness import read_transcript
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.testing import DEFAULT_RULES, READ_ALL, WRITE_SRC, agent_messages, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
-from tests.scripted.loopback import LoopbackServer
+from tests.helpers.loopback import LoopbackServer
 
 pytestmark = LOOP_SCRIPTED
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tests.scripted.loopback import LoopbackServer
+from tests.helpers.loopback import LoopbackServer
 
 __all__ = ["FakeResponses", "message", "shell_call"]
 

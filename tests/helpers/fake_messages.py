@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from tests.scripted.loopback import LoopbackServer
+from tests.helpers.loopback import LoopbackServer
 
 __all__ = ["FakeMessages", "bash", "text"]
 

@@ -14,7 +14,7 @@ import http.server
 import re
 import threading
 
-from loopback import LoopbackServer
+from tests.helpers.loopback import LoopbackServer
 
 _RESOLVE = re.compile(r"^/(?P<repo>.+?)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 

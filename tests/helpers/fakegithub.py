@@ -23,7 +23,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from loopback import LoopbackServer
+from tests.helpers.loopback import LoopbackServer
 
 
 class FakeGitHub:
