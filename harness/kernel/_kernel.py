@@ -141,11 +141,13 @@ class Kernel:
     async def run(self, *, task_id: str | None = None, prompt: str | None = None) -> RunResult:
         """Drain the queue (default), run one named task, or run a single prompt.
 
-        Raises ConfigError, before anything is written, when the transcript would go inside the workspace
-        (or through a hard link), and when its directory cannot be written."""
+        Raises ConfigError, before anything is written, when the transcript (or the completions file) would go
+        inside the workspace (or through a hard link), and when its directory cannot be written."""
         # `transcripts:` is checked when the config loads; this covers --transcript (through a symlink too) and
         # the default directory (a workspace that is $HOME, or holds $XDG_STATE_HOME).
         check_transcripts_outside(self.config.workspace, self.transcript_path.resolve().parent, key="transcript")
+        if self.completions is not None:  # inside, the agent could write ids there and have tasks skipped as done
+            check_transcripts_outside(self.config.workspace, self.completions.resolve().parent, key="completions")
         if self.transcript_path.exists() and self.transcript_path.stat().st_nlink > 1:
             raise ConfigError("transcript", f"{self.transcript_path} has other names (hard links): the transcript "
                               "would be written wherever they are; give a new file")  # fmt: skip

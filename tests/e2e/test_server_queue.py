@@ -557,3 +557,35 @@ def test_activating_while_deactivating_is_a_409_not_a_dying_session(server, tmp_
         else:  # already ended: a new session, not the dying one
             assert again.status_code == 200 and again.json()["session"] != sessions(client, workspace_id)[0]["id"]
         wait_for(client, workspace_id, lambda s: s["state"] == "ended")
+
+
+def test_nothing_a_session_started_outlives_it_while_the_loop_waits(server, tmp_path):
+    """Kept draining, the loop waits between sessions with no agent running: the session's agent, and a daemon it
+    started with setsid and an empty environment (out of its process group, without the run's token), ended
+    with the session: the sandbox's pid namespace. (With the sandbox off such a daemon lives on: this test then
+    fails, as it was seen to.)"""
+    import psutil
+
+    ws = make_workspace(tmp_path / "ws", ignore=["out/"])
+    daemon = turn({"run": {"script": "env -i setsid sleep 299.7 < /dev/null > /dev/null 2>&1 & echo started"}},
+                  *write_turn("out/r.txt", "r\n")["steps"])  # fmt: skip
+    scenario = write_yaml(tmp_path / "waits-scenario.yaml", {"tasks": [{"turns": [daemon]}]})
+    with server.client() as client:
+        body = {"path": str(ws.path), "policy": {"rules": OUT_RULES}, "queue": {"provider": "memory", "tasks": [
+            {"id": "T1"}]}}  # fmt: skip
+        workspace_id = client.post("/api/workspaces", json=body).json()["id"]
+        bind(client, workspace_id, scenario)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy",
+                   json={"active": True, "keep_draining": {"every_s": 30}})  # fmt: skip
+        waiting = wait_for(client, workspace_id, lambda s: s["state"] == "waiting")
+        assert waiting["terminal"] == "Idle", waiting
+        deadline = time.monotonic() + 10
+        while True:
+            left = [p.pid for p in psutil.process_iter(["cmdline"])
+                    if "waits-scenario.yaml" in " ".join(p.info["cmdline"] or [])
+                    or (p.info["cmdline"] or [])[:2] == ["sleep", "299.7"]]  # fmt: skip
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": False})
+    assert left == [], f"still running while the loop waits: {left}"

@@ -358,3 +358,28 @@ def test_what_an_agent_plants_in_the_transcripts_directory_is_followed_nowhere(
     assert last_json(done.stdout)["tasks"][0]["terminal"] == "Completed", done.stderr  # it ran
     assert sorted(p.name for p in victim.iterdir()) == ["thesis.docx"]
     assert (victim / "thesis.docx").read_text() == "years of work\n"
+
+
+@pytest.mark.parametrize("where", ["inside", "through-a-symlink"])
+def test_a_completions_file_the_agent_could_write_is_refused_before_the_run(
+    scripted_scenario, harness_config, harness_workspace, tmp_path, where
+):
+    """The caller's completions file (the server's) names tasks the kernel skips as done: inside the worktree the
+    agent could write ids there and have work skipped, so it is refused like a transcript there."""
+    import asyncio
+
+    from harness import ConfigError, Kernel, load_config
+
+    config = load_config(harness_config(scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n")]}))))
+    if where == "inside":
+        completions = harness_workspace.path / "out" / "done.jsonl"
+    else:
+        (tmp_path / "looks-outside").symlink_to(harness_workspace.path, target_is_directory=True)
+        completions = tmp_path / "looks-outside" / "done.jsonl"
+    with pytest.raises(ConfigError) as refused:
+        asyncio.run(Kernel(config, completions=completions).run())
+    assert refused.value.key == "completions"
+    assert not (harness_workspace.path / "out" / "done.jsonl").exists()
+    assert not (harness_workspace.path / "done.jsonl").exists()
+    transcripts = tmp_path / "transcripts"
+    assert not transcripts.exists() or not list(transcripts.glob("*.jsonl"))  # refused before anything is written
