@@ -16,6 +16,7 @@ from harness import read_transcript
 from harness.pytest_plugin import LOOP_E2E
 from harness.testing import OUT_RULES, make_workspace, write_yaml
 from scripted_agents.presets import turn, write_turn
+from tests.helpers.server_api import wait_for
 
 pytestmark = LOOP_E2E
 
@@ -49,16 +50,6 @@ def register_again(client, ws, tmp_path):
         json={"module": "scripted", "scenario": str(tmp_path / "ws-scenario.yaml")},
     )
     return workspace_id
-
-
-def wait_for(client, workspace_id, predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.get(f"/api/workspaces/{workspace_id}/loop").json()
-        if predicate(status):
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"the loop never got there: {status}")
 
 
 WRITES = {"tasks": [{"turns": [write_turn("out/result.txt", "done\n")]}]}

@@ -16,8 +16,8 @@ from harness import read_transcript
 from harness.pytest_plugin import LOOP_E2E
 from harness.testing import OUT_RULES, make_workspace, write_yaml
 from scripted_agents.presets import turn, write_turn
-from tests.e2e.test_server_loops import wait_for
 from tests.helpers.fakegithub import FakeGitHub
+from tests.helpers.server_api import wait_for
 
 pytestmark = LOOP_E2E
 
