@@ -130,5 +130,7 @@ def queue_identity(config: Config) -> str:
     queue = config.queue
     parts: dict[str, Any] = {"provider": queue.provider, "trigger": str(config.role.trigger)}
     if queue.provider == "github":
-        parts.update({k: getattr(queue, k) for k in _GITHUB_IDENTITY})
+        # as GitHub reads them: logins and repository names ignore case, an API URL its trailing slash (`Acme/Widgets`
+        # after `acme/widgets` is the same queue: its completed ids stand)
+        parts.update({k: (getattr(queue, k) or "").lower().rstrip("/") for k in _GITHUB_IDENTITY})
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]

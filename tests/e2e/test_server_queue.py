@@ -589,3 +589,24 @@ def test_nothing_a_session_started_outlives_it_while_the_loop_waits(server, tmp_
             time.sleep(0.1)
         client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": False})
     assert left == [], f"still running while the loop waits: {left}"
+
+
+def test_a_queue_is_the_same_queue_however_github_spells_it(tmp_path):
+    """Completed ids are kept per queue identity: a repository or assignee written in other case, or the API URL
+    with a trailing slash, is the same GitHub queue (its completed ids stand); another repository is not."""
+    from harness.server._workspace_config import queue_identity, run_config
+
+    ws = make_workspace(tmp_path / "ws")
+
+    def identity(**queue: str) -> str:
+        base = {"provider": "github", "api_url": "https://api.github.com", "repo": "acme/widgets", "assignee": "bot"}
+        config = run_config(str(ws.path), {"queue": {**base, **queue}}, agent={"command": ["true"]},
+                            transcripts=tmp_path / "t", hide=[], base_dir=tmp_path)  # fmt: skip
+        return queue_identity(config)
+
+    same = identity()
+    assert identity(repo="Acme/Widgets") == same
+    assert identity(assignee="Bot") == same
+    assert identity(api_url="https://api.github.com/") == same
+    assert identity(repo="acme/gadgets") != same
+    assert identity(assignee="other-bot") != same
