@@ -93,7 +93,7 @@ class RunDisplay:
 
 
 def _budget_line(budget: dict[str, Any] | None) -> str:
-    """`turn cur/max · total cur/max · cont cur/max` (seed 002's header)."""
+    """`turn cur/max · total cur/max · cont cur/max` (the budget header of the progress line)."""
     if not budget:
         return "turn"
     return " · ".join(f"{key} {budget[key][0]}/{budget[key][1]}" for key in ("turn", "total", "cont"))

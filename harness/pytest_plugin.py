@@ -2,6 +2,7 @@
 
 Markers, registered with strict markers in mind:
     loop-scripted   fast, deterministic: the kernel against the scripted agent
+    loop-slow       scripted cases that take seconds each (end to end): left out of `-m loop-scripted`
     LoopInference   the kernel against the real local model (CPU llama.cpp)
     LoopSoak        hundreds of tasks with bounded resources (slow): deselected unless `-m` selects it
     LoopAgent       your own ACP agent (the command `--loop-agent` or the `loop_agent` ini key names)
@@ -28,10 +29,12 @@ if TYPE_CHECKING:
     from . import testing
     from .record._results import RunResult
 
-__all__ = ["LOOP_AGENT", "LOOP_E2E", "LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SOAK", "MARKERS"]
+__all__ = ["LOOP_AGENT", "LOOP_E2E", "LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SLOW", "LOOP_SOAK", "MARKERS"]
 
 MARKERS = {
     "loop-scripted": "fast loop tests against the scripted ACP agent (every loop branch)",
+    "loop-slow": "scripted cases that take seconds each (the CLI end to end, the conformance check, real "
+    "adapters, kill -9 recovery): -m loop-scripted leaves them out unless the expression names loop-slow",
     "LoopInference": "the kernel against the real local model on the CPU (pinned GGUF)",
     "LoopSoak": "hundreds of tasks asserting bounded memory, handles, threads and transcript size",
     "LoopAgent": "the kernel against your own ACP agent (--loop-agent COMMAND, or the loop_agent ini key)",
@@ -39,6 +42,7 @@ MARKERS = {
     "loop_workspace": "loop_workspace(files={path: text}, ignore=[pattern]): what harness_workspace starts with",
 }
 LOOP_SCRIPTED = getattr(pytest.mark, "loop-scripted")
+LOOP_SLOW = getattr(pytest.mark, "loop-slow")
 LOOP_INFERENCE = pytest.mark.LoopInference
 LOOP_SOAK = pytest.mark.LoopSoak
 LOOP_AGENT = pytest.mark.LoopAgent
@@ -64,13 +68,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """LoopSoak runs only when a -m expression names it: a plain `pytest`, or `-m "not LoopInference"`,
-    leaves the minutes-long soaks out; `-m LoopSoak` (or any expression naming it) decides for itself."""
-    if "LoopSoak" in (config.option.markexpr or ""):
-        return
-    soak = [item for item in items if item.get_closest_marker("LoopSoak") is not None]
-    if soak:
-        config.hook.pytest_deselected(items=soak)
-        items[:] = [item for item in items if item.get_closest_marker("LoopSoak") is None]
+    leaves the minutes-long soaks out; `-m LoopSoak` (or any expression naming it) decides for itself.
+    loop-slow cases are scripted too, but `-m loop-scripted` is the tier run on every change: an expression
+    naming loop-scripted and not loop-slow leaves them out (a plain `pytest` runs them)."""
+    expression = config.option.markexpr or ""
+    _deselect(config, items, "LoopSoak", "LoopSoak" not in expression)
+    _deselect(config, items, "loop-slow", "loop-scripted" in expression and "loop-slow" not in expression)
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], marker: str, when: bool) -> None:
+    chosen = [item for item in items if item.get_closest_marker(marker) is not None] if when else []
+    if chosen:
+        config.hook.pytest_deselected(items=chosen)
+        items[:] = [item for item in items if item.get_closest_marker(marker) is None]
 
 
 @pytest.fixture(name="loop_agent_command", scope="session")

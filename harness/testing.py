@@ -10,10 +10,13 @@ result = run_loop(config)                           # RunResult: terminal, reaso
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +111,43 @@ class Workspace:
 
 
 def make_workspace(root: Path, *, files: Mapping[str, str] | None = None, ignore: Sequence[str] = ()) -> Workspace:
-    """Create `root/origin.git` (bare) and `root/workspace` (pushed to it, upstream set)."""
+    """Create `root/origin.git` (bare) and `root/workspace` (pushed to it, upstream set).
+
+    The first workspace with given files is built with git; later ones are copies of it (a test suite
+    makes thousands: a copy is a tenth of the nine git commands), with their own `origin` URL and index."""
+    root = root.resolve()
+    origin, path = root / "origin.git", root / "workspace"
+    template = _template(tuple(sorted((files or {}).items())), tuple(ignore))
+    if template is None or origin.exists() or path.exists():
+        return _build_workspace(root, files=files, ignore=ignore)
+    root.mkdir(parents=True, exist_ok=True)
+    # copies get new times (shutil.copy): the index's stat data is then refreshed, as a fresh commit leaves it
+    shutil.copytree(template / "origin.git", origin, symlinks=True, copy_function=shutil.copy)
+    shutil.copytree(template / "workspace", path, symlinks=True, copy_function=shutil.copy)
+    workspace = Workspace(path, origin)
+    workspace.git("remote", "set-url", "origin", str(origin))
+    workspace.git("update-index", "-q", "--refresh")
+    return workspace
+
+
+_TEMPLATES: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Path] = {}
+_MAX_TEMPLATES = 256  # distinct file sets kept; beyond, workspaces are built with git
+
+
+def _template(files: tuple[tuple[str, str], ...], ignore: tuple[str, ...]) -> Path | None:
+    """The workspace copied for these files (built once per process, removed at exit)."""
+    key = (files, ignore)
+    if key not in _TEMPLATES:
+        if len(_TEMPLATES) >= _MAX_TEMPLATES:
+            return None
+        place = Path(tempfile.mkdtemp(prefix="loop-harness-template-"))
+        atexit.register(shutil.rmtree, place, ignore_errors=True)
+        _build_workspace(place, files=dict(files), ignore=ignore)
+        _TEMPLATES[key] = place
+    return _TEMPLATES[key]
+
+
+def _build_workspace(root: Path, *, files: Mapping[str, str] | None, ignore: Sequence[str]) -> Workspace:
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     origin = root / "origin.git"

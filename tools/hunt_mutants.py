@@ -43,7 +43,10 @@ def survivors() -> list[str]:
 
 def strings_in_tests() -> list[str]:
     found: list[str] = []
-    for path in sorted((ROOT / "tests" / "scripted").glob("test_policy*.py")):
+    for path in [
+        *sorted((ROOT / "tests" / "scripted").glob("test_policy*.py")),
+        ROOT / "tests" / "scripted" / "conftest.py",
+    ]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and 0 < len(node.value) < 160:
                 found.append(node.value)
@@ -159,7 +162,7 @@ def score() -> str:
     """mutmut's outcome per module, from its own records (mutants/**/*.meta)."""
     lines = [f"{'module':<22} {'mutants':>7} {'killed':>7} {'timeout':>7} {'survived':>8} {'score':>6}"]
     totals = [0, 0, 0, 0]
-    for meta in sorted((ROOT / "mutants" / "harness").glob("*.py.meta")):
+    for meta in sorted((ROOT / "mutants" / "harness").rglob("*.py.meta")):  # the policy modules, at any depth
         codes = list(json.loads(meta.read_text())["exit_code_by_key"].values())
         counts = [len(codes), sum(c in _KILLED for c in codes), sum(c in _TIMEOUT for c in codes), codes.count(0)]
         totals = [a + b for a, b in zip(totals, counts, strict=True)]

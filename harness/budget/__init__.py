@@ -1,1 +1,1 @@
-"""Seed 002's workload budgets while the agent works: the account, the task watch, the change meter, questions."""
+"""Workload budgets while the agent works: the account, the task watch, the change meter, questions."""

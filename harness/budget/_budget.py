@@ -1,9 +1,9 @@
-"""A task's accounting against its budgets and stall rules (seed 002). Pure: the kernel feeds it what it
+"""A task's accounting against its budgets and stall rules (docs/budgets.md). Pure: the kernel feeds it what it
 sees (turn boundaries, tool calls and their statuses, the changes git reports) and the time; each feed
 returns what follows: nothing, a `Stop` (the run ends `MaxIterations` with a stop code), a new segment,
 or a note for the next prompt.
 
-Units, as the seed has them: a model turn is one `session/prompt` round; a tool call is one `tool_call`
+Units: a model turn is one `session/prompt` round; a tool call is one `tool_call`
 the agent announces. Budgets allow their count (the call after the last one allowed stops the task, so a
 stop says `current = limit + 1`); stall rules stop when their count is reached (`current = limit`).
 

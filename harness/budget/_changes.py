@@ -1,4 +1,4 @@
-"""Files and lines changed since a task started, from git (seed 002's change accounting).
+"""Files and lines changed since a task started, from git (change accounting: docs/budgets.md).
 
     a tracked text file     its changed lines: deletions + additions, an added line of L bytes counting
                             ceil(L / 80) (a dense payload with few newlines cannot slip under the cap)

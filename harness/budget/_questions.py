@@ -1,4 +1,4 @@
-"""Answering an agent's question when no person is there (seed 002's heuristic), and the ledger of choices.
+"""Answering an agent's question when no person is there (question auto-answer), and the ledger of choices.
 
 Prefer an option marked recommended, default, safe, standard, common, conventional, best practice,
 simple or minimal; avoid one marked experimental, risky, dangerous, destructive, advanced, complex,
@@ -50,7 +50,7 @@ def _signals(text: str, words: Sequence[str]) -> list[str]:
 
 
 def choose(question: str, options: Sequence[Option]) -> Choice:
-    """Seed 002's heuristic: the first preferred option that is not also avoided; else the first option
+    """The auto-answer heuristic: the first preferred option that is not also avoided; else the first option
     with no avoid signal; else the first option. Confidence says which of these it was."""
     if not options:
         raise ValueError("a question with no options cannot be answered by choosing")

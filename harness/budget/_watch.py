@@ -91,8 +91,8 @@ class TaskWatch:
         self.ledger.append(choice)
 
     def answer(self, via: str, question: str, options: list[Option]) -> Choice | None:
-        """Answer an agent's question by seed 002's heuristic; None when the run must wait for a person
-        instead (answering is off, or nothing to choose from): the turn is then stopped."""
+        """Answer an agent's question by the auto-answer heuristic (`_questions.choose`); None when the run must
+        wait for a person instead (answering is off, or nothing to choose from): the turn is then stopped."""
         if not self.account.autonomy.questions.auto_answer or not options:
             why = "autonomy.questions.auto_answer is off" if options else "the question offers no options"
             self.unanswerable(via, question, why)

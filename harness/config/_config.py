@@ -12,11 +12,24 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError, PydanticKnownError
 
 from ._exceptions import ConfigError
 from ._limits import DEFAULTS, AutonomyConfig, ResolvedAutonomy, resolve_autonomy
@@ -27,7 +40,9 @@ __all__ = [
     "CommitConfig",
     "Config",
     "FaultConfig",
+    "GitHubQueueConfig",
     "LimitsConfig",
+    "MemoryQueueConfig",
     "PolicyConfig",
     "ProposalConfig",
     "QueueConfig",
@@ -83,7 +98,7 @@ def _check_globs(patterns: list[str]) -> list[str]:
 
 class AgentConfig(_Strict):
     command: list[str] = Field(min_length=1)
-    # ACP has no capability for this; the operator declares it (seed 000: required before autonomy).
+    # ACP has no capability for this; the operator declares it (required before autonomy activates).
     supports_permission_requests: bool = False
     env: dict[str, Text] = Field(default_factory=dict)
 
@@ -180,46 +195,127 @@ class ProposalConfig(_Strict):
 CompleteAction = Literal["comment", "close", "unassign"]
 
 
-class QueueConfig(_Strict):
-    provider: Literal["memory", "github"] = "memory"
+class _QueueBase(_Strict):
+    """What a queue has whatever its provider: the order it is drained in, the host-call retry budget, and the
+    branch proposals are opened against (the host tools refuse a proposal from it, on any host)."""
+
     order: Literal["created", "updated"] = "created"
     max_wait_s: float = Field(default=300.0, ge=0)  # total waiting on rate limits and outages
     max_retries: int = Field(default=5, ge=0)  # per host call
     backoff_base_s: float = Field(default=1.0, gt=0)  # first outage back-off, doubled per retry
-    # memory
+    base_branch: str = "main"  # where proposals (pull requests) are opened against
+
+
+class MemoryQueueConfig(_QueueBase):
+    """`provider: memory`, the default: the tasks and proposals written here, and scripted host faults."""
+
+    provider: Literal["memory"] = "memory"
     tasks: list[TaskConfig] = Field(default_factory=list)
     proposals: list[ProposalConfig] = Field(default_factory=list)
     authorized: bool = True
     faults: list[FaultConfig] = Field(default_factory=list)
-    # github
-    api_url: str = "https://api.github.com"
-    repo: str | None = None  # owner/name
-    assignee: str | None = None  # the agent's login
-    token_env: str = "GITHUB_TOKEN"  # the name of the environment variable holding the token
-    on_complete: list[CompleteAction] = Field(default_factory=lambda: list[CompleteAction](["comment", "close"]))
-    base_branch: str = "main"  # where proposals (pull requests) are opened against
-    request_timeout_s: float = Field(default=10.0, gt=0)
 
     @model_validator(mode="after")
-    def _consistent(self) -> QueueConfig:
+    def _unique_task_ids(self) -> MemoryQueueConfig:
         dup = {i for i, n in collections.Counter(t.id for t in self.tasks).items() if n > 1}  # linear: 100k tasks
         if dup:
             raise ValueError(f"task ids must be unique (repeated: {sorted(dup)})")
-        if self.provider == "github":
-            for key in ("repo", "assignee"):
-                if not getattr(self, key):
-                    raise ValueError(f"the github provider needs '{key}'")
-            if self.repo is not None and self.repo.count("/") != 1:
-                raise ValueError(f"repo must be 'owner/name' (got {self.repo!r})")
-            if self.tasks or self.proposals or self.faults:
-                raise ValueError("tasks, proposals and faults belong to the memory provider")
-            url = urlsplit(self.api_url)
-            loopback = url.hostname in ("127.0.0.1", "localhost", "::1")
-            if url.scheme != "https" and not (url.scheme == "http" and loopback):
-                raise ValueError(f"api_url must be https (http only on loopback): got {self.api_url!r}")
-            if not url.hostname:
-                raise ValueError(f"api_url has no host: {self.api_url!r}")
         return self
+
+
+class GitHubQueueConfig(_QueueBase):
+    """`provider: github`: the issues of `repo` assigned to `assignee`, through the REST API at `api_url`."""
+
+    provider: Literal["github"] = "github"  # as a section it is the tag: written, or the queue is memory
+    api_url: str = "https://api.github.com"
+    repo: str  # owner/name
+    assignee: str  # the agent's login
+    token_env: str = "GITHUB_TOKEN"  # the name of the environment variable holding the token
+    on_complete: list[CompleteAction] = Field(default_factory=lambda: list[CompleteAction](["comment", "close"]))
+    request_timeout_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _its_keys(cls, data: Any) -> Any:
+        """What is missing, or the memory provider's, said in its own words. An empty `tasks: []` (which
+        `testing.loop_config` writes for any queue) is no task, and is dropped."""
+        if not isinstance(data, dict):
+            return data
+        for key in ("repo", "assignee"):
+            if data.get(key) in (None, ""):
+                raise ValueError(f"the github provider needs '{key}'")
+        memory = [key for key in _MEMORY_LISTS if key in data]
+        if any(data[key] != [] for key in memory):
+            raise ValueError("tasks, proposals and faults belong to the memory provider")
+        return {k: v for k, v in data.items() if k not in memory}
+
+    @model_validator(mode="after")
+    def _reachable(self) -> GitHubQueueConfig:
+        if self.repo.count("/") != 1:
+            raise ValueError(f"repo must be 'owner/name' (got {self.repo!r})")
+        url = urlsplit(self.api_url)
+        loopback = url.hostname in ("127.0.0.1", "localhost", "::1")
+        if url.scheme != "https" and not (url.scheme == "http" and loopback):
+            raise ValueError(f"api_url must be https (http only on loopback): got {self.api_url!r}")
+        if not url.hostname:
+            raise ValueError(f"api_url has no host: {self.api_url!r}")
+        return self
+
+
+_MEMORY_LISTS = ("tasks", "proposals", "faults")
+
+# Another host is one more model beside these (on `_QueueBase`) and one more tag in `QueueConfig` below. A GitLab
+# queue would be `GitLabQueueConfig` (provider: Literal["gitlab"]): its `repo` is a project path that may have
+# subgroups ('group/subgroup/name'), which is why the 'owner/name' check is GitHub's own and not the base's.
+_QUEUE_MODELS: dict[str, type[_QueueBase]] = {"memory": MemoryQueueConfig, "github": GitHubQueueConfig}
+
+
+def _provider_of(data: Any) -> Any:
+    """The tag a queue section is read by: the `provider` it names, "memory" when it names none."""
+    return data.get("provider", "memory") if isinstance(data, dict) else getattr(data, "provider", None)
+
+
+def _as_written(data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A queue section validated by its provider's model, its errors located where they were written: pydantic
+    puts the provider's tag in an error's location (`queue.github.repo`), the YAML says `queue.repo`. A provider
+    that is none of them, and a section that is no mapping, are the errors one model gave: the key and message
+    stay what they were."""
+    if isinstance(data, dict):
+        provider = data.get("provider", "memory")
+        if not isinstance(provider, str) or provider not in _QUEUE_MODELS:
+            tags = [repr(tag) for tag in _QUEUE_MODELS]
+            expected = f"{', '.join(tags[:-1])} or {tags[-1]}"
+            error = InitErrorDetails(
+                type="literal_error", loc=("provider",), input=provider, ctx={"expected": expected}
+            )
+            raise ValidationError.from_exception_data("QueueConfig", [error])
+    elif not isinstance(data, tuple(_QUEUE_MODELS.values())):
+        raise PydanticKnownError("model_type", {"class_name": "QueueConfig"})
+    try:
+        return handler(data)
+    except ValidationError as exc:
+        raise ValidationError.from_exception_data(exc.title, [_untagged(e) for e in exc.errors()]) from None
+
+
+def _untagged(error: ErrorDetails) -> InitErrorDetails:
+    """One error of a provider's model without the tag in its location (its message as it was); a key that is
+    another provider's says whose it is."""
+    loc = list(error["loc"])
+    tag = loc.pop(0) if loc and loc[0] in _QUEUE_MODELS else None
+    message = error["msg"]
+    if error["type"] == "extra_forbidden" and tag is not None and len(loc) == 1:
+        owner = next((t for t, model in _QUEUE_MODELS.items() if loc[0] in model.model_fields), None)
+        if owner is not None:
+            message += f": {loc[0]!r} is the {owner} provider's (this queue's provider is {tag})"
+    return InitErrorDetails(type=PydanticCustomError(error["type"], message), loc=tuple(loc), input=error["input"])
+
+
+#: A run config's `queue:` section: one model per provider, chosen by `provider` (default memory).
+QueueConfig: TypeAlias = Annotated[
+    Annotated[MemoryQueueConfig, Tag("memory")] | Annotated[GitHubQueueConfig, Tag("github")],
+    Discriminator(_provider_of),
+    WrapValidator(_as_written),
+]
 
 
 class LimitsConfig(_Strict):
@@ -317,12 +413,12 @@ class Config(_Strict):
     workspace: Path
     agent: AgentConfig
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    queue: QueueConfig = Field(default_factory=QueueConfig)
+    queue: QueueConfig = Field(default_factory=MemoryQueueConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     role: RoleConfig = Field(default_factory=RoleConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     commit: CommitConfig | None = None  # written as `workspace: {path: ..., commit: {...}}`
-    # seed 002's budgets, stall rules and question answering, resolved env > file > profile > default
+    # budgets, stall detection and question auto-answer, resolved env > file > profile > default
     autonomy: AutonomyConfig = Field(default_factory=lambda: AutonomyConfig.model_validate(DEFAULTS))
     autonomy_sources: dict[str, str] = Field(default_factory=dict)  # key -> where its value came from
     autonomy_warnings: list[str] = Field(default_factory=list)  # caps another cap makes unreachable

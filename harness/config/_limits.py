@@ -1,4 +1,4 @@
-"""`autonomy:` — seed 002's workload budgets, stall rules and question answering, resolved per key.
+"""`autonomy:` — workload budgets, stall detection and question auto-answer, resolved per key (docs/budgets.md).
 
 Each value comes from the first of: the environment (`LOOP_HARNESS_AUTONOMY__BUDGET__TOOL_CALLS__PER_SEGMENT=50`,
 read by pydantic-settings), the config file, the profile the file or environment names, the shipped
@@ -6,7 +6,7 @@ default. `resolve_autonomy` keeps the source of every key, for `loop-harness lim
 transcript record, and a budget stop names the source of the limit it hit.
 
 Budgets count per task: a task is what a person would otherwise have prompted by hand, so each task
-starts with fresh accounting (as a new prompt does in seed 002).
+starts with fresh accounting (as a new prompt does in an interactive session).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Stall(_Strict):
 
 
 class Questions(_Strict):
-    auto_answer: bool  # answer an agent's question by seed 002's heuristic; false: BlockedAwaitingInput
+    auto_answer: bool  # answer an agent's question by the answer heuristic; false: BlockedAwaitingInput
 
 
 class AutonomyConfig(_Strict):
@@ -91,7 +91,7 @@ class AutonomyConfig(_Strict):
     questions: Questions
 
 
-#: The shipped defaults (profile `default`). The README's "Budgets" table is this mapping.
+#: The shipped defaults (profile `default`). The keys and profiles tables in docs/budgets.md are this mapping.
 DEFAULTS: dict[str, Any] = {
     "profile": "default",
     "budget": {

@@ -6,7 +6,7 @@
     get_commits_status  the checks on a ref (default: the proposal's head, else HEAD)
     plan_verification   the steps to verify the change: the files it touches, and what to run
     ask_question        a question with options: no person is there, so the kernel answers it at once
-                        (seed 002's heuristic) and keeps the choice on the task's decision ledger
+                        (question auto-answer) and keeps the choice on the task's decision ledger
 
 A role's allowlist decides which of them a task's agent sees and may call; an empty allowlist
 keeps them all. This module is transport-free: `_mcp_host.py` serves it over MCP.

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ..config._config import Config, check_transcripts_outside
+from ..config._config import Config, MemoryQueueConfig, check_transcripts_outside
 from ..config._exceptions import ConfigError
 from ..link._agent_link import VERSION
 from ..link._client import InteractiveHandler
@@ -85,7 +85,7 @@ class Kernel:
         self.provider = provider or make_provider(config.queue, trigger=config.role.trigger)
         # The memory host forgets what it completed when its process ends: the kernel remembers (per
         # workspace and queue, beside the transcripts) for the provider it made itself from the config.
-        self._remembers = provider is None and config.queue.provider == "memory"
+        self._remembers = provider is None and isinstance(config.queue, MemoryQueueConfig)
         self.interactive_handler = interactive_handler
         self.transcript_path = transcript_path or default_transcript_path(config)
         self.observer = observer

@@ -98,9 +98,9 @@ class AgentLink:
             return Stop(Terminal.FAILED, {"kind": "agent_start_failed", "argv": self.agent.command, "error": str(exc)})
         if self.on_spawn is not None:  # before initialize: a kernel killed now still leaves a trail
             self.on_spawn(self.process.pid)
-        # elicitation/create is in the SDK's unstable set: the kernel answers questions (seed 002)
+        # elicitation/create is in the SDK's unstable set: the kernel answers questions (question auto-answer)
         self._conn = ClientSideConnection(self.client, self.process, use_unstable_protocol=True)
-        capabilities = ClientCapabilities(  # elicitation: forms only (questions the kernel answers, seed 002)
+        capabilities = ClientCapabilities(  # elicitation: forms only (questions the kernel answers itself)
             fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
             terminal=True,
             elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities()),

@@ -332,7 +332,7 @@ class KernelClient:
     # --- methods we do not offer: say so, never answer null ------------------------------------
 
     async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> CreateElicitationResponse:
-        """An agent's question: answered by seed 002's heuristic, one choice per form field, each on the decision
+        """An agent's question: answered by question auto-answer, one choice per form field, each on the decision
         ledger; a form that needs free text, a URL, or answering turned off stops the run BlockedAwaitingInput."""
         if self.watch is None or ARRIVAL.get() is None:  # no turn was running: nobody asked this agent anything
             return CancelElicitationResponse(action="cancel")

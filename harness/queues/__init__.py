@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config._config import QueueConfig
+from ..config._config import GitHubQueueConfig, QueueConfig
 from .github import GitHubAssignedIssueProvider, GitHubProvider
 from .memory import MemoryQueueProvider
 from .protocol import HostToolProvider, QueueProvider, Task, TaskKind, Trigger
@@ -22,6 +22,6 @@ __all__ = [
 
 def make_provider(config: QueueConfig, *, trigger: Trigger = Trigger.ISSUE_ASSIGNED) -> QueueProvider:
     """The provider a config names, serving the queue of the role's trigger."""
-    if config.provider == "github":
+    if isinstance(config, GitHubQueueConfig):
         return GitHubProvider(config, trigger=trigger)
     return MemoryQueueProvider.from_config(config, trigger=trigger)

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from ..config._config import QueueConfig, Trigger
+from ..config._config import GitHubQueueConfig, Trigger
 from ..config._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
 from .protocol import Task, TaskKind
 
@@ -34,8 +34,7 @@ MAX_PAGES = 100  # 10,000 items at per_page=100: beyond that a `next` link is lo
 class GitHubProvider:
     name = "github"
 
-    def __init__(self, config: QueueConfig, *, trigger: Trigger = Trigger.ISSUE_ASSIGNED) -> None:
-        assert config.repo is not None and config.assignee is not None
+    def __init__(self, config: GitHubQueueConfig, *, trigger: Trigger = Trigger.ISSUE_ASSIGNED) -> None:
         self.config = config
         self.repo = config.repo
         self.assignee = config.assignee

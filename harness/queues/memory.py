@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..config._config import FaultConfig, QueueConfig, Trigger
+from ..config._config import FaultConfig, MemoryQueueConfig, Trigger
 from ..config._exceptions import HostRejected, HostUnauthorized, HostUnavailable, RateLimited
 from .protocol import Task, TaskKind
 
@@ -50,7 +50,9 @@ class MemoryQueueProvider:
         self.reviews: list[dict[str, Any]] = []  # submitted through the host tools
 
     @classmethod
-    def from_config(cls, config: QueueConfig, *, trigger: Trigger = Trigger.ISSUE_ASSIGNED) -> MemoryQueueProvider:
+    def from_config(
+        cls, config: MemoryQueueConfig, *, trigger: Trigger = Trigger.ISSUE_ASSIGNED
+    ) -> MemoryQueueProvider:
         key = "created" if config.order == "created" else "updated"
 
         def ordered(items: list[Any]) -> list[Any]:

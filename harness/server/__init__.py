@@ -1,4 +1,4 @@
-"""`loop-harness serve`: the control server of seed 000 (the autonomy switch, workspaces, and their loops).
+"""`loop-harness serve`: the control server (the autonomy switch, workspaces, and their loops; docs/server.md).
 
     from harness.server import create_app, State
     app = create_app(State.open(Path("state")))     # an ASGI app (Starlette); `serve` runs it on uvicorn

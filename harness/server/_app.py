@@ -1,4 +1,5 @@
-"""The ASGI app: a bearer token on every endpoint, an Origin check, typed errors, and the seed's paths.
+"""The ASGI app: a bearer token on every endpoint, an Origin check, typed errors, and the API's paths
+(docs/server.md).
 
 Every error is `{"error": {"kind": ..., "message": ..., ...}}` with a 4xx status, and a refused request
 changes nothing. Requests carry JSON objects of at most 64 KiB.
@@ -82,7 +83,7 @@ class _Guard(BaseHTTPMiddleware):
 
 
 def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozenset[str] | None = None) -> Starlette:
-    """`allow_once_after_s`: seed 002's idle allow-once countdown (0 turns it off); `hosts`: the Host
+    """`allow_once_after_s`: the idle allow-once countdown (0 turns it off); `hosts`: the Host
     headers answered (`serve` gives its own address's names; None answers any)."""
     loops = Loops(state)
     stopping = asyncio.Event()  # set by `serve` on a signal: event streams end so the shutdown can run
@@ -112,7 +113,7 @@ def create_app(state: State, *, allow_once_after_s: float = 15.0, hosts: frozens
             if loop.live and loop.prompt is None and not enabled:
                 loop.stop("autonomy_disabled")  # the switch is the operator's stop: autonomous loops end Cancelled
             if loop.live and loop.pending is not None:
-                loop.pending.rearm()  # seed 002: a countdown follows eligibility, fresh when it returns
+                loop.pending.rearm()  # a countdown follows eligibility, fresh when it returns
         return 200, {"enabled": state.autonomy_enabled}
 
     async def list_workspaces(request: Request) -> tuple[int, Any]:

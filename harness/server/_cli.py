@@ -12,7 +12,7 @@ from typing import Any
 
 __all__ = ["AUTONOMY_VARIABLE", "register"]
 
-AUTONOMY_VARIABLE = "AGENTUP_AUTONOMY_ENABLED"  # seed 000's name: the switch at start
+AUTONOMY_VARIABLE = "AGENTUP_AUTONOMY_ENABLED"  # the autonomy contract's name: the switch at start
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

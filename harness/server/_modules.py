@@ -1,5 +1,5 @@
 """The agent modules a workspace can bind: each turns a binding request into a run config's `agent:` section
-and declares whether the agent supports permission requests (seed 000: required before autonomy).
+and declares whether the agent supports permission requests (required before autonomy activates).
 
     scripted   {"module": "scripted", "scenario": "/abs/scenario.yaml"}       the declared-turn agent
     inference  {"module": "inference", "seed": 42, "threads": 2}               the local llama.cpp agent

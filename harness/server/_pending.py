@@ -1,11 +1,11 @@
 """Permission requests waiting for a person (the interactive path: a session whose policy has no rule).
 
 Requests are answered over the API, oldest first or in any order; each id is random, so an answer meant
-for an earlier session's request (a stale page) cannot land on this session's. Seed 002's idle allow-once countdown is
+for an earlier session's request (a stale page) cannot land on this session's. The idle allow-once countdown is
 owned here: when it is on, the oldest request gets a deadline, a request reaching the front gets a fresh
 one, a person's reply cancels it, and at the deadline the request is answered with its `allow_once` option
 (never an `allow_always`: nothing is saved as a standing approval) after eligibility is checked again. It is
-eligible only as seed 002 says: the server's autonomy switch on and the workspace's sandbox off.
+eligible only with the server's autonomy switch on and the workspace's sandbox off (docs/server.md).
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ class State:
         return bool(row and json.loads(row[0]))
 
     def set_autonomy(self, enabled: bool, *, at_start: bool = False) -> None:
-        """Seed 000: enabling needs a host connection on at least one workspace (a typed 409 otherwise). At
+        """The autonomy switch: enabling needs a host connection on at least one workspace (a typed 409 otherwise). At
         start (the environment's switch) it is set anyway: each activation then says what it lacks."""
         with self._lock:
             if enabled and not at_start and not any(w.queue is not None for w in self.workspaces()):

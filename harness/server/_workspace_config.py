@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..config._config import Config, parse_config
+from ..config._config import Config, GitHubQueueConfig, parse_config
 from ..config._exceptions import ConfigError
 
 __all__ = ["SECTIONS", "WorkspaceConfigError", "merged", "queue_identity", "run_config", "sections_of", "written"]
@@ -129,8 +129,8 @@ def queue_identity(config: Config) -> str:
     workspaces) may change and the completed ids stand: a completed T1 is that queue's T1."""
     queue = config.queue
     parts: dict[str, Any] = {"provider": queue.provider, "trigger": str(config.role.trigger)}
-    if queue.provider == "github":
+    if isinstance(queue, GitHubQueueConfig):
         # as GitHub reads them: logins and repository names ignore case, an API URL its trailing slash (`Acme/Widgets`
         # after `acme/widgets` is the same queue: its completed ids stand)
-        parts.update({k: (getattr(queue, k) or "").lower().rstrip("/") for k in _GITHUB_IDENTITY})
+        parts.update({k: getattr(queue, k).lower().rstrip("/") for k in _GITHUB_IDENTITY})
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,5 +1,5 @@
 """The interactive path through the server: a prompt session whose policy has no rule, its permission
-requests answered over the API, and seed 002's idle allow-once countdown (server-owned, allow-once only,
+requests answered over the API, and the idle allow-once countdown (server-owned, allow-once only,
 eligible only with the switch on and the sandbox off)."""
 
 from __future__ import annotations

@@ -403,7 +403,7 @@ def test_transcripts_of_later_sessions_and_the_repository_behind_a_linked_worktr
     """The hostile agent starts, waits while another workspace registers and runs, then looks: for that
     session's transcript, and into the repository behind a linked worktree registered before it started
     (the repository lies outside that worktree). A worktree registered after a loop started is not hidden
-    from it: the README says so."""
+    from it: docs/server.md says so."""
     with server.client() as client:
         repository = make_workspace(tmp_path / "repository")  # not registered: only its linked worktree is
         linked = tmp_path / "linked"

@@ -395,9 +395,10 @@ def test_a_waiting_loop_respects_a_rate_limit_and_backs_off_an_outage(server_fac
             assert len(github.made("GET", f"/repos/{github.repo}/issues")) - listings >= 3
 
             github.add_issue(2, "issue 2", assignee="agent")
-            wait_for(
-                client, workspace_id, lambda s: s["state"] == "waiting" and len(sessions(client, workspace_id)) == 2
-            )
+            # the second session ended (the status and the history are two requests: a session row alone may be
+            # one that started after the status said waiting)
+            wait_for(client, workspace_id, lambda s: s["state"] == "waiting" and [
+                r["ended"] is not None for r in sessions(client, workspace_id)] == [True, True])  # fmt: skip
             client.put(f"/api/workspaces/{workspace_id}/agent/autonomy", json={"active": False})
             wait_for(client, workspace_id, lambda s: s["state"] == "ended")
             history = sessions(client, workspace_id)

@@ -1,4 +1,5 @@
-"""The worktree, policies and requests the policy tables are judged against (tests and tools/hunt_mutants.py).
+"""The worktree, policies and requests the policy tests are judged against (tests and tools/hunt_mutants.py),
+and the helpers the policy test files share.
 
 `policy_verdicts.jsonl` beside this file holds requests with the verdict a user relies on; most were found
 by hunting surviving mutants with the generators below (each one a request some broken policy judged
@@ -20,6 +21,7 @@ from harness.config._config import RuleConfig
 # Literal rules (not harness.testing's): tools/try_mutant.py imports this module beside mutmut's copy of the
 # package, which is as old as the mutation run.
 READ_ALL = {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"}
+WRITE_ALL = {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "allow"}
 WRITE_SRC = {"id": "write-src", "kind": "write", "paths": ["src/**"], "decision": "allow"}
 
 #: The careful user's policy of the review: read everything but the secret, write src/, a few commands.
@@ -62,6 +64,31 @@ TOOLS = [*CAREFUL, {"id": "tools", "kind": "execute", "decision": "allow",
 
 POLICIES = {"careful": CAREFUL, "open": OPEN, "tools": TOOLS}
 
+#: The careful policy as issue 8's review attacked it: CAREFUL_CORE with git diff, ls, cat and pytest, no cd and no
+#: echo. The `policy` fixture (tests/scripted/conftest.py), test_policy_careful_user.py and test_policy_enforced.py
+#: judge under it (the test files bind it as CAREFUL).
+CAREFUL_WITH_PYTEST = [
+    *CAREFUL_CORE,
+    {"id": "diff", "kind": "execute", "commands": ["git diff *"], "decision": "allow"},
+    {"id": "ls", "kind": "execute", "commands": ["ls", "ls *"], "decision": "allow"},
+    {"id": "cat", "kind": "execute", "commands": ["cat", "cat *"], "decision": "allow"},
+    {"id": "pytest", "kind": "execute", "commands": ["python -m pytest *"], "decision": "allow"},
+    {"id": "api", "kind": "network", "hosts": ["api.github.com"], "decision": "allow"},
+]
+WITH_CD = [*CAREFUL_WITH_PYTEST, {"id": "cd", "kind": "execute", "commands": ["cd *", "echo *"], "decision": "allow"}]
+
+#: Nearly everything allowed, git push and src/secrets/ denied: a refusal under it is the shell's reading or a
+#: protected path, not a missing rule.
+EVERYTHING = [
+    READ_ALL,
+    {"id": "write-all", "kind": "write", "paths": ["**"], "decision": "allow"},
+    {"id": "git", "kind": "execute", "commands": ["git *"], "decision": "allow"},
+    {"id": "cd", "kind": "execute", "commands": ["cd *"], "decision": "allow"},
+    {"id": "echo", "kind": "execute", "commands": ["echo *"], "decision": "allow"},
+    {"id": "no-push", "kind": "execute", "commands": ["git push*"], "decision": "deny"},
+    {"id": "no-secrets", "kind": "write", "paths": ["src/secrets/**"], "decision": "deny"},
+]
+
 
 def build_worktree(base: Path) -> Path:
     root = base / "wt"
@@ -95,6 +122,32 @@ def expect(verdict: Any, outcome: str) -> Any:
 
 def policy_of(worktree: Path, rules: Sequence[Mapping[str, Any]], **options: Any) -> Policy:
     return Policy([RuleConfig.model_validate(r) for r in rules], worktree, **options)
+
+
+def refused(verdict, *kinds):
+    assert not verdict.allowed, verdict
+    assert verdict.reason["kind"] in kinds, verdict.reason
+    return verdict
+
+
+def git_all():
+    return {"id": "git-all", "kind": "execute", "commands": ["git *"], "decision": "allow"}
+
+
+def bash(policy: Policy, script: str):
+    return policy.judge_execute(["bash", "-c", script])
+
+
+def make_tree(root: Path, dirs=(), files=(), links=None) -> Path:
+    """A worktree: `.git/config`, the directories, the files (each holding a line), the symlinks {path: target}."""
+    for directory in (".git", *dirs):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    for name in (".git/config", *files):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x\n")
+    for link, target in (links or {}).items():
+        os.symlink(target, root / link)
+    return root
 
 
 def policies(base: Path) -> dict[str, Policy]:

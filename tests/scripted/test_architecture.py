@@ -63,16 +63,29 @@ def group(*names: str) -> set[str]:
 KERNEL = group("harness.kernel.*")
 LINK = group("harness.link.*")
 SANDBOX = group("harness.sandbox.*")
-POLICY = group("harness.policy._policy", "harness.policy._commands", "harness.policy._shell")
+POLICY = group("harness.policy.*")
+COMMANDS = group("harness.policy.commands.*")
+#: The policy's judges, each over what the one before decides (ARCHITECTURE.md, "The policy").
+VERDICT = group("harness.policy._verdict")
+RULES_ = group("harness.policy._rules")
+PLACES = group("harness.policy._places")
 HOST = group("harness.host.*", "harness.queues.*")
 ALL = MODULES | {"harness"}
+CONFIG = group("harness.config._config")
 
 #: (the rule as ARCHITECTURE.md says it, the modules it binds, what they may import from harness)
 RULES = [
-    ("the policy imports only _commands, _shell, _paths and _config", group("harness.policy._policy"),
-     group("harness.policy._commands", "harness.policy._shell", "harness._paths", "harness.config._config")),
+    ("the policy's facade imports only its judges, commands/, _shell, _paths and _config",
+     group("harness.policy._policy"), POLICY - group("harness.policy._policy", "harness.policy._change_set")
+     | group("harness._paths") | CONFIG),
+    ("_verdict imports nothing from harness", VERDICT, set()),
+    ("_rules imports only _verdict and _config", RULES_, VERDICT | CONFIG),
+    ("_places imports only _rules, _verdict and _paths", PLACES, RULES_ | VERDICT | group("harness._paths")),
+    ("_network imports only _rules and _verdict", group("harness.policy._network"), RULES_ | VERDICT),
+    ("_scripts and _tool_calls import no facade", group("harness.policy._scripts", "harness.policy._tool_calls"),
+     POLICY - group("harness.policy._policy", "harness.policy._change_set") | CONFIG),
     ("_shell imports nothing from harness", group("harness.policy._shell"), set()),
-    ("_commands imports only _shell", group("harness.policy._commands"), group("harness.policy._shell")),
+    ("commands/ imports only itself and _shell", COMMANDS, COMMANDS | group("harness.policy._shell")),
     ("the host imports no link, sandbox, policy or kernel module", HOST, ALL - LINK - SANDBOX - POLICY - KERNEL),
     ("the link imports no host or kernel module", LINK, ALL - HOST - KERNEL),
     ("only the surface, conformance/, bench/ and server/ import the kernel",
@@ -98,7 +111,7 @@ def test_a_forbidden_import_fails_the_rule(tmp_path):
     """The check itself can fail: a host module importing the link is caught."""
     planted = ROOT / "harness" / "queues" / "memory.py"
     imports = imports_of(planted) | {"harness.link._client"}
-    _, bound, allowed = RULES[3]
+    _, bound, allowed = next(r for r in RULES if r[0].startswith("the host imports"))
     assert "harness.queues.memory" in bound and "harness.link._client" not in allowed
     assert [i for i in imports if i in ALL and i not in allowed] == ["harness.link._client"]
 

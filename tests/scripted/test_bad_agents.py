@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from harness import Terminal, read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from scripted_agents.presets import scenario, turn, write_turn
 
 pytestmark = LOOP_SCRIPTED
@@ -208,6 +208,7 @@ def test_a_missing_agent_binary(harness_config, run_loop, tmp_path):
     assert "/nonexistent/agent" in result.reason["error"]
 
 
+@LOOP_SLOW
 def test_an_agent_that_never_answers_initialize(scripted_scenario, harness_config, run_loop):
     result = run_one(
         scripted_scenario,

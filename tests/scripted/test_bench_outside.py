@@ -6,11 +6,12 @@ import re
 
 from harness import _cli, testing
 from harness.bench import _outside as _bench_outside
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 
 pytestmark = LOOP_SCRIPTED
 
 
+@LOOP_SLOW
 def test_the_outside_bench_prints_both_rates_and_a_ratio_and_the_kernel_transcript_is_complete(
     tmp_path, monkeypatch, capsys
 ):

@@ -1,4 +1,4 @@
-"""Seed 002's budgets, stall rules and question heuristic as tables: pure functions, no agent, milliseconds.
+"""Budgets, stall detection and the question auto-answer heuristic as tables: pure functions, no agent, milliseconds.
 
 Every cap is checked on both sides of its limit (the call it allows, the one that stops), and each stop
 names its code, its count, its limit, the key and where the limit came from.

@@ -1,4 +1,4 @@
-"""Seed 002's budgets through the CLI: a scripted agent runs into each cap and stall rule, and the run ends
+"""Budgets and stall detection through the CLI: a scripted agent runs into each cap and stall rule, and the run ends
 `MaxIterations` with the stop code, the count, the limit, its key and where the limit came from. Also the
 `limits` command, change accounting on real git worktrees, and questions answered on a ledger."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from harness import read_transcript
 from harness.budget._changes import ChangeMeter
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.testing import loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 
@@ -127,6 +127,7 @@ def test_each_stop_code_ends_the_run_with_its_count_limit_and_source(tmp_path, c
     assert next(r for r in records if r["type"] == "task_end")["budget"]["total"][0] >= 1
 
 
+@LOOP_SLOW
 def test_two_hundred_calls_in_one_turn_stop_at_the_cap_not_the_turn_timeout(tmp_path):
     autonomy = budget(tool_calls={"per_segment": 50, "rate": None})
     report, records = run(tmp_path, [turn(calls(200, interval=0.01))], autonomy=autonomy, limits={"turn_timeout_s": 60})
@@ -187,6 +188,7 @@ def test_a_nudge_and_the_convergence_instruction_reach_the_agent(tmp_path):
 # --- `loop-harness limits` ----------------------------------------------------------------------
 
 
+@LOOP_SLOW
 def test_limits_shows_env_over_file_over_profile_over_default(tmp_path):
     ws = make_workspace(tmp_path / "ws")
     autonomy = {"profile": "strict", "budget": {"tool_calls": {"per_segment": 30}, "changes": {"files_total": 8}}}
@@ -207,6 +209,7 @@ def test_limits_shows_env_over_file_over_profile_over_default(tmp_path):
     assert as_json["values"]["autonomy.budget.tool_calls.per_segment"] == 7
 
 
+@LOOP_SLOW
 def test_limits_warns_of_a_cap_that_cannot_be_reached_and_names_a_bad_key(tmp_path):
     ws = make_workspace(tmp_path / "ws")
     autonomy = {"budget": {"model_turns": {"per_segment": 30, "total": 20}}}
@@ -305,6 +308,7 @@ def test_a_question_that_needs_a_person_blocks_awaiting_input(tmp_path, autonomy
     assert [r["why"] for r in records if r["type"] == "turn_cancelled"] == ["budget"]
 
 
+@LOOP_SLOW
 def test_the_ask_question_host_tool_is_answered_at_once(tmp_path):
     options = [{"id": "yaml", "label": "A YAML file (default)"}, {"id": "db", "label": "A custom database"}]
     ask = {"mcp_call": {"tool": "ask_question", "arguments": {"question": "How is config stored?", "options": options}}}
@@ -332,6 +336,7 @@ def test_a_planted_fifo_or_symlink_is_counted_without_being_read(tmp_path):
     assert changes.files >= 2
 
 
+@LOOP_SLOW
 def test_after_a_stop_the_kernel_writes_nothing_more_for_the_turn(tmp_path):
     steps = [
         {"tool_call": {"id": "w1", "title": "Write two files", "kind": "edit"}},

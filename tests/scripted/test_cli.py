@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from harness import read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from scripted_agents.presets import scenario, turn, write_turn
 
 pytestmark = LOOP_SCRIPTED
@@ -33,6 +33,7 @@ def last_json(stdout):
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@LOOP_SLOW
 def test_the_demo_runs_as_the_readme_says(tmp_path):
     examples = tmp_path / "examples"
     shutil.copytree(REPO / "examples", examples)
@@ -69,6 +70,7 @@ def test_a_blocked_run_exits_1_with_its_terminal(scripted_scenario, harness_conf
     assert report["reason"]["refusal"]["kind"] == "unmatched"
 
 
+@LOOP_SLOW
 def test_single_task_and_single_prompt_runs(scripted_scenario, harness_config, tmp_path):
     path = scripted_scenario(
         scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")], None: [turn({"message": "hi"})]})
@@ -168,6 +170,7 @@ def test_a_missing_config_file_exits_2(tmp_path):
     assert "cannot read" in done.stderr
 
 
+@LOOP_SLOW
 def test_a_run_whose_kernel_was_killed_ends_failed_restarted(scripted_scenario, harness_config, tmp_path):
     import psutil
 
@@ -206,6 +209,7 @@ def test_a_run_whose_kernel_was_killed_ends_failed_restarted(scripted_scenario, 
     assert not list((tmp_path / "transcripts" / ".active").glob("*.json"))
 
 
+@LOOP_SLOW
 def test_a_yaml_integer_id_is_its_text_and_other_numbers_must_be_quoted(scripted_scenario, harness_config):
     """`id: 7` is what people write; `3.10` (read as 3.1) or `022` (read as 18) would be rewritten."""
     path = scripted_scenario(scenario({"7": [write_turn("src/seven.txt", "7\n", commit="7")]}))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness import read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.server._modules import ADAPTERS
 from harness.testing import loop_config, make_workspace, write_yaml
 from tests.helpers.adapter_table import (
@@ -124,6 +124,7 @@ def rpcs(records: list[dict], method: str) -> list[dict]:
     return [r["msg"] for r in records if r["type"] == "rpc" and r["msg"].get("method") == method]
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("mode", ["workspace-write", "off"])
 def test_codex_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path, codex_acp, mode):
     report, records, api = codex_run(tmp_path, codex_acp, mode)
@@ -171,6 +172,7 @@ def test_codex_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path,
         hook.unlink(missing_ok=True)
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("worktree", ["overlay", "bind"])
 def test_a_rule_for_one_new_file_lets_codex_write_it(tmp_path, codex_acp, worktree):
     """Issue 30's table, fourth row, with the real adapter (see adapter_table.py)."""
@@ -180,6 +182,7 @@ def test_a_rule_for_one_new_file_lets_codex_write_it(tmp_path, codex_acp, worktr
     assert_hello(report, records, "".join(api.outputs()), tmp_path, worktree, why)
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("row", TABLE.values(), ids=TABLE.keys())
 def test_a_silent_write_the_rules_refuse_is_never_committed_by_codex(tmp_path, codex_acp, row):
     """Issue 30's table, rows 1-3, with the real adapter (see adapter_table.py)."""

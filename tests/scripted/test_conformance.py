@@ -12,7 +12,7 @@ import pytest
 
 from harness import testing
 from harness.conformance._conformance import CHECKS
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from scripted_agents.presets import conformant, turn, write_turn
 
 pytestmark = LOOP_SCRIPTED
@@ -44,6 +44,7 @@ def write_task(*steps, **options) -> dict:
                       {"turns": [turn({"message": "ready"})]}]}  # fmt: skip
 
 
+@LOOP_SLOW
 def test_a_conformant_agent_passes_every_check(tmp_path):
     code, report, stderr = check(tmp_path, conformant())
     assert code == 0, stderr
@@ -110,6 +111,7 @@ BREAKS = {
 }  # fmt: skip
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("broken", list(BREAKS))
 def test_each_break_fails_its_own_check(tmp_path, broken):
     scenario, options, evidence = BREAKS[broken]
@@ -126,6 +128,7 @@ def test_each_break_fails_its_own_check(tmp_path, broken):
         testing.assert_transcript_valid(Path(path))  # the evidence is a whole transcript
 
 
+@LOOP_SLOW
 def test_looking_before_asking_is_not_an_effect(tmp_path):
     """`git status` through the client before asking changes nothing: the probes allow it, and only a change
     to the workspace is an effect."""
@@ -142,6 +145,7 @@ def test_keep_refuses_a_directory_in_use(tmp_path):
     assert code == 2 and "is not empty" in stderr, stderr
 
 
+@LOOP_SLOW
 def test_an_agent_that_never_asks_is_not_exercised_and_strict_fails_it(tmp_path):
     never = write_task({"message": "I will not do that"})
     code, report, _ = check(tmp_path, never, "--sessions", "4")

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from harness import testing
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 
 pytestmark = LOOP_SCRIPTED
 
@@ -170,6 +170,7 @@ def cancel_check(report: dict) -> dict:
     return next(c for c in report["checks"] if c["check"] == "cancel-honoured")
 
 
+@LOOP_SLOW
 def test_an_agent_that_honours_both_cancels_passes(tmp_path):
     code, report, stderr, _ = check(tmp_path, "honours")
     assert code == 0, stderr
@@ -180,6 +181,7 @@ def test_an_agent_that_honours_both_cancels_passes(tmp_path):
     assert running.startswith("cancel-running: answered cancelled") and "no request of it pending" in running
 
 
+@LOOP_SLOW
 def test_going_on_after_a_cancelled_permission_fails_the_cancel_probe(tmp_path):
     """Its permission answered `cancelled`, it writes, starts tool calls and asks again for 1.5 s, then answers
     `cancelled` within the grace: the answer is right, the work after the cancel is not."""
@@ -194,6 +196,7 @@ def test_going_on_after_a_cancelled_permission_fails_the_cancel_probe(tmp_path):
     testing.assert_transcript_valid(tmp_path / "evidence" / "transcripts" / "cancel.jsonl")
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("grace", [None, "2"])
 def test_working_on_for_30_s_after_a_cancel_mid_turn_fails_within_the_grace(tmp_path, grace):
     """It honours a cancel that answers its permission request, but not one that comes while it works, where
@@ -211,6 +214,7 @@ def test_working_on_for_30_s_after_a_cancel_mid_turn_fails_within_the_grace(tmp_
     assert seconds < 28, f"the check took {seconds:.1f} s: it waited on the agent's 30 s"
 
 
+@LOOP_SLOW
 def test_stopping_1_5_s_after_a_cancel_mid_turn_fails_the_cancel_running_probe(tmp_path):
     """Mid-turn it answers `cancelled` within the grace, but only after 1.5 s more of tool calls."""
     code, report, stderr, _ = check(tmp_path, "late-running")

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from harness import read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.testing import DEFAULT_RULES
 from scripted_agents.presets import scenario, turn, write_turn
 
@@ -105,6 +105,7 @@ def assert_ended_restarted(transcript: Path) -> dict:
     return last
 
 
+@LOOP_SLOW
 def test_killed_between_spawn_and_initialize(scripted_scenario, harness_config, tmp_path):
     slow = scripted_scenario({"startup": [{"sleep": 60}], "tasks": [{"turns": [turn()]}]}, name="slow.yaml")
     first = tmp_path / "transcripts" / "first.jsonl"
@@ -121,6 +122,7 @@ def test_killed_between_spawn_and_initialize(scripted_scenario, harness_config, 
     assert assert_ended_restarted(first)["reason"]["agent_killed"] is True
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize(
     "command",
     [["sleep", "300"], ["setsid", "sleep", "300"], ["bash", "-c", "sleep 300 & echo started"]],
@@ -165,6 +167,7 @@ def _sleepers(token: str) -> list[int]:
     return found
 
 
+@LOOP_SLOW
 def test_a_torn_last_line_is_cut_and_kept(scripted_scenario, harness_config, tmp_path):
     steps = [{"message": "working"}, {"hang": True}]
     busy = scripted_scenario(scenario({"T1": [turn(*steps)]}), name="busy.yaml")
@@ -182,6 +185,7 @@ def test_a_torn_last_line_is_cut_and_kept(scripted_scenario, harness_config, tmp
     assert last["reason"]["torn_tail"] == {"bytes": len(torn), "text": torn.decode()}
 
 
+@LOOP_SLOW
 def test_completed_tasks_are_not_run_again_after_a_kill(scripted_scenario, harness_config, harness_workspace, tmp_path):
     tasks = [{"id": "T1", "title": "one"}, {"id": "T2", "title": "two"}]
     path = scripted_scenario(scenario({"T1": [write_turn("src/a.txt", "a\n", commit="T1")],
@@ -218,6 +222,7 @@ def test_a_config_that_is_not_utf8_exits_2_naming_the_file(tmp_path):
     assert last_json(done.stdout)["error"]["kind"] == "config"
 
 
+@LOOP_SLOW
 def test_an_agent_killed_with_a_permission_pending_leaves_no_traceback(scripted_scenario, harness_config):
     ask = {"jsonrpc": "2.0", "id": 900, "method": "session/request_permission",
            "params": {"sessionId": "sess_1", "toolCall": {"toolCallId": "c1", "title": "Read", "kind": "read",
@@ -230,6 +235,7 @@ def test_an_agent_killed_with_a_permission_pending_leaves_no_traceback(scripted_
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
 
 
+@LOOP_SLOW
 def test_a_setsid_grandchild_ends_with_the_run_and_leaves_no_traceback(scripted_scenario, harness_config):
     steps = [{"spawn_child": {"seconds": 300, "setsid": True}}, *write_turn("src/a.txt", "a\n", commit="T1")["steps"]]
     done = cli("run", harness_config(scripted_scenario(scenario({"T1": [turn(*steps)]}))), "--json")
@@ -243,6 +249,7 @@ def test_a_setsid_grandchild_ends_with_the_run_and_leaves_no_traceback(scripted_
 # --- forged markers -----------------------------------------------------------------------------
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("forgery", ["outside-path", "other-name", "symlink-marker", "symlink-transcript",
                                      "not-json", "foreign-pid", "no-run-start"])  # fmt: skip
 def test_a_forged_marker_is_followed_nowhere(scripted_scenario, harness_config, tmp_path, forgery):
@@ -289,6 +296,7 @@ def test_a_forged_marker_is_followed_nowhere(scripted_scenario, harness_config, 
         victim.wait()
 
 
+@LOOP_SLOW
 def test_a_torn_line_longer_than_a_read_block_is_cut_whole(scripted_scenario, harness_config, tmp_path):
     busy = scripted_scenario(scenario({"T1": [turn({"message": "working"}, {"hang": True})]}), name="busy.yaml")
     first = tmp_path / "transcripts" / "first.jsonl"
@@ -305,6 +313,7 @@ def test_a_torn_line_longer_than_a_read_block_is_cut_whole(scripted_scenario, ha
     assert last["reason"]["torn_tail"]["bytes"] == len(torn)
 
 
+@LOOP_SLOW
 def test_a_live_runs_marker_rewritten_to_name_a_dead_kernel_is_not_trusted(
     scripted_scenario, harness_config, tmp_path, make_harness_workspace
 ):
@@ -334,6 +343,7 @@ def test_a_live_runs_marker_rewritten_to_name_a_dead_kernel_is_not_trusted(
     assert records(first)[-1]["terminal"] == "Cancelled"
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("what", ["active-symlink", "active-entry-directory", "completed-symlink"])
 def test_what_an_agent_plants_in_the_transcripts_directory_is_followed_nowhere(
     scripted_scenario, harness_config, tmp_path, what

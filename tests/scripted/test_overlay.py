@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from harness import read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.testing import READ_ALL, WRITE_SRC, agent_messages, make_workspace
 from tests.scripted.test_change_set import (
     NO_KEYS,
@@ -63,6 +63,7 @@ def test_a_rule_for_one_file_not_there_yet_lets_the_agent_write_it(tmp_path, mod
     assert (ws.path / "setup.cfg").read_text() == "[metadata]\n" and worktree_status(ws) == ""
 
 
+@LOOP_SLOW
 def test_a_root_glob_grants_its_names_and_no_other(tmp_path):
     """`write *.md`: a new NOTES.md and an edit of README.md land; a notes.txt beside them refuses the task, and
     none of the three reaches the tree (the task lands whole or not at all)."""
@@ -82,6 +83,7 @@ def test_a_root_glob_grants_its_names_and_no_other(tmp_path):
     assert_set_aside(report, {"notes.txt": "file", "NOTES.md": "file"})
 
 
+@LOOP_SLOW
 def test_a_narrow_glob_and_a_deny_inside_an_allowed_tree(tmp_path):
     """`write src/*.py`: src/new.py lands; `write src/**` with `deny write **/*.key`: src/x.key refuses."""
     ws = make_workspace(tmp_path / "ws", files={"src/keep.py": "kept\n"})

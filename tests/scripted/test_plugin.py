@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 
 pytestmark = LOOP_SCRIPTED
 pytest_plugins = ["pytester"]
@@ -41,6 +41,36 @@ def test_soak_runs_only_when_an_expression_names_it(pytester, args, selected):
     assert collected == selected
 
 
+SCRIPTED_TIERS = """
+import pytest
+
+pytestmark = pytest.mark.__getattr__("loop-scripted")
+
+def test_fast(): pass
+
+@pytest.mark.__getattr__("loop-slow")
+def test_slow(): pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "selected"),
+    [
+        ((), ["test_fast", "test_slow"]),
+        (("-m", "loop-scripted"), ["test_fast"]),
+        (("-m", "loop-slow"), ["test_slow"]),
+        (("-m", "loop-scripted or loop-slow"), ["test_fast", "test_slow"]),
+        (("-m", "not LoopInference"), ["test_fast", "test_slow"]),
+    ],
+    ids=["plain", "scripted", "slow", "both", "not-inference"],
+)
+def test_the_fast_tier_leaves_the_slow_scripted_cases_to_a_plain_run(pytester, args, selected):
+    pytester.makepyfile(test_tiers=SCRIPTED_TIERS)
+    result = pytester.runpytest("--collect-only", "-q", *args)
+    collected = [line.split("::")[-1] for line in result.outlines if "::" in line]
+    assert collected == selected
+
+
 MY_AGENT_TESTS = """
 import pytest
 from harness import Terminal
@@ -69,6 +99,7 @@ def _agent_scenario(pytester) -> str:
     return " ".join(testing.scripted_agent_command(path))
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("where", ["option", "ini"])
 def test_the_fixtures_run_the_agent_that_loop_agent_names(pytester, where):
     pytester.makepyfile(test_mine=MY_AGENT_TESTS)
@@ -81,6 +112,7 @@ def test_the_fixtures_run_the_agent_that_loop_agent_names(pytester, where):
     result.assert_outcomes(passed=1)
 
 
+@LOOP_SLOW
 def test_a_test_of_your_agent_fails_when_no_agent_is_named(pytester):
     pytester.makepyfile(test_mine=MY_AGENT_TESTS)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
@@ -88,6 +120,7 @@ def test_a_test_of_your_agent_fails_when_no_agent_is_named(pytester):
     result.stdout.fnmatch_lines(["*no agent to test: pass --loop-agent*"])
 
 
+@LOOP_SLOW
 def test_loop_workspace_refuses_what_it_does_not_know(pytester):
     pytester.makepyfile(
         test_bad="""

@@ -1,4 +1,11 @@
-"""The policy as a function: rule matching, deny-wins, path resolution, command parsing."""
+"""The policy as a function, a first example of each guarantee on a small worktree: deny wins, paths resolved
+before matching, protected files, a command judged by what it runs and where, tool kinds mapped to rule kinds, the
+interactive path; and, under a policy that allows nearly everything (policy_corpus.EVERYTHING), what the shell
+would rewrite and requests that are malformed or name their place oddly.
+
+The subject files hold the rest: test_policy_shell.py, test_policy_paths.py, test_policy_programs.py,
+test_policy_requests.py (and test_policy_enforced.py, the kernel against a real agent).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,8 @@ import pytest
 
 from harness import Policy
 from harness.config._config import RuleConfig
-from harness.policy._shell import Unparseable, parse_invocation
 from harness.pytest_plugin import LOOP_SCRIPTED
+from tests.helpers.policy_corpus import EVERYTHING, READ_ALL
 
 pytestmark = LOOP_SCRIPTED
 
@@ -20,7 +27,6 @@ def rules(*specs):
 
 ALLOW_SRC = {"id": "allow-src", "kind": "write", "paths": ["src/**"], "decision": "allow"}
 DENY_SECRETS = {"id": "deny-secrets", "kind": "write", "paths": ["src/secrets/**"], "decision": "deny"}
-READ_ALL = {"id": "read-all", "kind": "read", "paths": ["**"], "decision": "allow"}
 GIT = {"id": "git", "kind": "execute", "commands": ["git *"], "decision": "allow"}
 LS = {"id": "ls", "kind": "execute", "commands": ["ls", "ls *"], "decision": "allow"}
 NO_PUSH = {"id": "no-push", "kind": "execute", "commands": ["git push*"], "decision": "deny"}
@@ -182,21 +188,68 @@ def test_an_empty_policy_reaches_only_what_a_person_approved(worktree):
     assert policy.judge_write("src/a.txt").reason["kind"] == "not_approved"  # approvals are the turn's only
 
 
+# --- nearly everything allowed: what the shell would rewrite, malformed requests ------------------
+
+
+@pytest.fixture(name="policy")
+def policy_fixture(tmp_path):
+    (tmp_path / "wt" / ".git").mkdir(parents=True)
+    return Policy([RuleConfig.model_validate(r) for r in EVERYTHING], tmp_path / "wt")
+
+
 @pytest.mark.parametrize(
-    ("text", "commands"),
+    "script",
     [
-        ("git status", ["git status"]),
-        ("a && b || c; d | e & f", ["a", "b", "c", "d", "e", "f"]),
-        ("git commit -m 'a && b'", ["git commit -m 'a && b'"]),
-        ("sh -c 'git add -A; git push'", ["git add -A", "git push"]),
+        "git status > ~/.bashrc",
+        "git status > $HOME/.bashrc",
+        "git status > .gi?/confi[g]",
+        "git status > $'\\x2egit/config'",
+        "git status > ${x}.git/hooks/pre-commit",
+        "git pu$@sh origin",
+        "git pu${x}sh origin",
+        "git $'push'",
+        "git status; $(echo git) push",
+        "git status \\\n$(id)",
+        "echo {a,b}",
+        "cd .git && echo x > config",
+        "cd /tmp && echo x > pwned",
+        "git status # '\ntouch pwned\n#'",  # the shell drops the comment; the quote was never one
+        "git status #; rm -rf src",
     ],
 )
-def test_scripts_split_into_simple_commands(text, commands):
-    assert [c.text for c in parse_invocation(text).commands] == commands
+def test_what_the_shell_would_rewrite_is_refused(policy, script):
+    verdict = policy.judge_execute(["/bin/bash", "-lc", script])
+    assert not verdict.allowed, script
+    assert verdict.reason["kind"] in ("unparseable", "outside_worktree", "protected_path", "denied"), verdict
 
 
-def test_unparseable_scripts_say_why():
-    with pytest.raises(Unparseable, match="cannot be judged"):
-        parse_invocation("echo $(id)")
-    with pytest.raises(Unparseable, match="no command"):
-        parse_invocation(" ; ")
+@pytest.mark.parametrize("script", ["git log --grep='#12'", "git checkout feature#12", 'echo "# heading"'])
+def test_a_quoted_or_mid_word_hash_is_no_comment(policy, script):
+    assert policy.judge_execute(["/bin/bash", "-lc", script]).allowed, script
+
+
+@pytest.mark.parametrize("key", ["dir_path", "directory", "cwd", "search_root"])
+def test_a_search_naming_its_place_under_an_unknown_key_is_no_worktree_search(policy, key):
+    verdict = policy.judge_tool_call({"kind": "search", "rawInput": {"pattern": "root", key: "/etc"}})
+    assert not verdict.allowed  # judged as the place it names, or refused for naming one unread
+    assert verdict.reason["kind"] in ("no_target", "outside_worktree")
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "why"),
+    [
+        ({"kind": "delete", "locations": [{"path": "."}]}, "protected_path"),
+        ({"kind": "delete", "locations": [{"path": ".git"}]}, "protected_path"),
+        ({"kind": "move", "rawInput": {"source": ".git", "destination": "old-git"}}, "protected_path"),
+        ({"kind": "edit", "locations": [{"path": ".git/packed-refs"}]}, "protected_path"),
+        ({"kind": "edit", "locations": [{"path": ".git/modules/sub/config"}]}, "protected_path"),
+        ({"kind": "delete", "locations": [{"path": "src"}]}, "denied"),  # holds src/secrets/
+        ({"kind": "execute", "rawInput": {"command": 5}}, "unparseable"),
+        ({"kind": "execute", "rawInput": {"command": "git status", "cwd": 5}}, "unparseable"),
+        ({"kind": "edit", "locations": [{"path": "src/a\x00b"}]}, "unparseable"),
+    ],
+)
+def test_ancestors_protected_paths_and_malformed_requests(policy, tool_call, why):
+    verdict = policy.judge_tool_call({"toolCallId": "c1", **tool_call})
+    assert not verdict.allowed
+    assert verdict.reason["kind"] == why

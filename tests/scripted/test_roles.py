@@ -8,7 +8,7 @@ import json
 import pytest
 
 from harness import Terminal, load_config, read_transcript
-from harness.config._config import HOST_TOOLS, QueueConfig
+from harness.config._config import HOST_TOOLS, GitHubQueueConfig, MemoryQueueConfig
 from harness.host._host_tools import DEFAULT_TOOLS, HostToolError, HostTools
 from harness.pytest_plugin import LOOP_SCRIPTED
 from harness.queues import HostToolProvider, Task, make_provider
@@ -177,7 +177,7 @@ def test_a_review_role_drains_the_proposal_queue(scripted_scenario, harness_conf
 
 
 def test_the_seed_example_role_cannot_submit_its_review(scripted_scenario, harness_config, run_loop):
-    # seeds/000's example allowlists only get_commits_status and plan_verification, so the
+    # The autonomy contract's example reviewer role allowlists only get_commits_status and plan_verification, so the
     # ReviewSubmitted it asks for can never be met: the run says so instead of pretending.
     example = {**REVIEWER, "tools": ["get_commits_status", "plan_verification"]}
     review = turn({"mcp_call": {"tool": "plan_verification"}},
@@ -361,8 +361,8 @@ def test_a_queue_of_your_own_needs_no_host_tool_operations(tmp_path):
 
 
 def test_both_shipped_providers_serve_the_host_tools_and_the_config_knows_them_all():
-    memory = make_provider(QueueConfig(provider="memory", tasks=[{"id": "T1"}]))
-    github = make_provider(QueueConfig(provider="github", repo="o/r", assignee="bot"))
+    memory = make_provider(MemoryQueueConfig(provider="memory", tasks=[{"id": "T1"}]))
+    github = make_provider(GitHubQueueConfig(provider="github", repo="o/r", assignee="bot"))
     try:
         assert isinstance(memory, HostToolProvider) and isinstance(github, HostToolProvider)
     finally:

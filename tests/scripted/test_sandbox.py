@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from harness import read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.testing import DEFAULT_RULES, READ_ALL, WRITE_SRC, agent_messages, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 from tests.helpers.loopback import LoopbackServer
@@ -164,6 +164,7 @@ def test_an_allowed_program_cannot_write_outside_its_rules_read_masks_or_see_the
     assert ("planted" in (tmp_path / "loop.yaml").read_text()) is not on
 
 
+@LOOP_SLOW
 def test_the_transcript_records_the_sandbox_argv_and_mounts(tmp_path, listener):
     done, _, workspace = hostile_run(tmp_path, "workspace-write", "agent", listener)
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -181,6 +182,7 @@ def test_the_transcript_records_the_sandbox_argv_and_mounts(tmp_path, listener):
     assert starts[0]["argv"][: len(sandbox["argv"])] == sandbox["argv"]
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("mode", MODES)
 def test_nothing_the_agent_started_outlives_a_killed_kernel(tmp_path, mode):
     """SIGKILL of the kernel: no teardown runs. A `setsid` grandchild of the agent and a background terminal
@@ -261,6 +263,7 @@ def test_read_only_mode_leaves_the_worktree_unwritable_but_home_writable(tmp_pat
     assert (ws.path / "README.md").read_text() == "A workspace for loop-harness.\n"
 
 
+@LOOP_SLOW
 def test_a_private_home_and_temp_dir_are_removed_when_the_run_ends(tmp_path, listener):
     done, said, _ = hostile_run(tmp_path, "workspace-write", "agent", listener)
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -334,6 +337,7 @@ def test_commands_reach_only_the_hosts_a_network_rule_allows_through_the_proxy(t
         assert ("localhost", True) in egress and ("127.0.0.1", False) in egress
 
 
+@LOOP_SLOW
 def test_a_sandboxed_agent_still_reaches_the_host_tools(tmp_path):
     """The host tools are served on the kernel's loopback; the agent's sandbox relays their port."""
     ws = make_workspace(tmp_path / "ws")
@@ -390,6 +394,7 @@ def test_without_the_commit_step_a_read_only_git_stops_the_queue_after_the_first
     assert "Read-only file system" in said
 
 
+@LOOP_SLOW
 def test_git_writable_lets_the_agent_commit_but_never_touch_hooks_or_config(tmp_path):
     """The agent's own commits stand; the kernel only pushes them (the upstream is outside the sandbox)."""
     report, said, ws = commit_run(tmp_path, {"mode": "workspace-write", "git_writable": True}, {"message": "-"})

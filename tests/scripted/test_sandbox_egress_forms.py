@@ -27,7 +27,7 @@ import pytest
 from harness import read_transcript
 from harness.config._config import RuleConfig
 from harness.policy._policy import Policy, host_address
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.sandbox._egress import _descends_from
 from harness.testing import READ_ALL, WRITE_SRC, agent_messages, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
@@ -259,6 +259,7 @@ def knock(path: str, request: bytes) -> bytes:
         return b"".join(chunks)
 
 
+@LOOP_SLOW
 def test_the_proxy_and_the_tools_relay_serve_only_their_own_run(tmp_path, mark, listener):
     """The test process is no descendant of the kernel it started: like another loop's sandbox that can reach
     the run's sockets, it is turned away from both, while the run's own bridge reaches the same listener."""

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from harness import read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.testing import READ_ALL, WRITE_SRC, agent_messages, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 
@@ -249,6 +249,7 @@ def listener_fixture():
             connection.close()
 
 
+@LOOP_SLOW
 @pytest.mark.skipif(os.geteuid() != 0 or _KEYCTL < 0, reason="the root attacks need a root kernel (CI's)")
 @pytest.mark.parametrize("user", [False, True], ids=["root", "user"])
 @pytest.mark.parametrize("mode", ["workspace-write", "off"])
@@ -363,6 +364,7 @@ attempt("plant alternates", plant_alternates)
 """
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("user", [False, True], ids=["root", "user"])
 @pytest.mark.parametrize("mode", ["workspace-write", "off"])
 def test_a_mask_or_read_only_mount_cannot_be_carried_away_by_moving_its_parent(tmp_path, mode, user):
@@ -425,6 +427,7 @@ else:
 """
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("mode", ["workspace-write", "off"])
 def test_one_loop_cannot_read_another_loops_files_or_use_its_proxy(tmp_path, listener, mode):
     """Loop B (sandboxed, with a network rule for 127.0.0.1) keeps a credential in its private HOME and TMP
@@ -458,6 +461,7 @@ def test_one_loop_cannot_read_another_loops_files_or_use_its_proxy(tmp_path, lis
     assert all(r.get("allowed") is False for r in b_egress), b_egress
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("user", [False, True], ids=["root", "user"])
 @pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named"])
 @pytest.mark.parametrize("mode", ["workspace-write", "off"])
@@ -541,6 +545,7 @@ def _interface_address() -> str | None:
     return None
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("rule", ["*", "literal"])
 def test_this_machines_other_addresses_need_a_rule_that_names_them(tmp_path, rule):
     """Under `*`, the proxy let through this machine's own non-loopback addresses (its eth0, a docker bridge),
@@ -591,6 +596,7 @@ with open("src/new.txt", "w") as out:
 """
 
 
+@LOOP_SLOW
 def test_the_kernels_git_never_writes_through_a_link_the_agent_planted_in_a_writable_git(tmp_path):
     """With `git_writable`, `.git` is the agent's to write but for config, hooks and info: git follows a
     symbolic link at COMMIT_EDITMSG, the reflogs or an object fan-out directory, so the kernel's own commit
@@ -655,6 +661,7 @@ print("daemon: done", flush=True)
 """
 
 
+@LOOP_SLOW
 def test_what_the_kernel_commits_is_what_it_judged_even_if_the_tree_changes_meanwhile(tmp_path):
     """A process the agent left running swaps a judged file for a directory holding a denied file, and another
     for a repository, as the kernel's `git add` starts: the add would take them in. A race: without the check

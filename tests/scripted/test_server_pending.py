@@ -1,4 +1,4 @@
-"""The server's pending permission requests and seed 002's idle allow-once countdown, on the event loop:
+"""The server's pending permission requests and the idle allow-once countdown, on the event loop:
 oldest first, a fresh countdown at the front, a person's reply cancels it, allow-once only, rechecked."""
 
 from __future__ import annotations

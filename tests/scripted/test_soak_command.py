@@ -10,12 +10,13 @@ import sys
 
 import pytest
 
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from soak import Bounds, SoakRunner
 
 pytestmark = LOOP_SCRIPTED
 
 
+@LOOP_SLOW
 def test_a_soak_too_short_to_check_anything_is_refused_before_it_starts(tmp_path):
     with pytest.raises(ValueError, match="drain at least 70 tasks"):
         SoakRunner(tasks=20)
@@ -35,6 +36,7 @@ def test_a_soak_too_short_to_check_anything_is_refused_before_it_starts(tmp_path
     assert not (tmp_path / "report").exists(), "nothing ran, nothing was written"
 
 
+@LOOP_SLOW
 def test_the_window_is_settable_from_the_command_line():
     command = [sys.executable, "-m", "harness", "soak", "--tasks", "40", "--warmup", "10", "--window", "15", "--json"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -74,6 +76,7 @@ def _agent(tmp_path, *leaks: str) -> str:
     return " ".join(scripted_agent_command(scenario))
 
 
+@LOOP_SLOW
 @pytest.mark.parametrize("leak", [None, "fd"], ids=["steady", "agent-leaks-an-fd"])
 def test_any_agent_command_is_soaked_with_its_counters_bounded(tmp_path, leak):
     command = [sys.executable, "-m", "harness", "soak", "--tasks", "40", "--warmup", "10", "--window", "15",
@@ -90,6 +93,7 @@ def test_any_agent_command_is_soaked_with_its_counters_bounded(tmp_path, leak):
         assert "broken bound: agent fds" in done.stderr
 
 
+@LOOP_SLOW
 def test_the_python_api_soaks_a_command_too(tmp_path):
     # In-process, the kernel is this pytest worker, whose peak (every module the suite loaded) is not the soak's.
     bounds = Bounds(warmup=10, window=15, kernel_peak_ceiling=float(1 << 40))

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.pytest_plugin import LOOP_SCRIPTED
+from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
 from harness.testing import assert_transcript_valid, loop_config, make_workspace, write_yaml
 from scripted_agents.presets import scenario, turn
 
@@ -163,6 +163,7 @@ def test_after_a_policy_refusal_nothing_more_of_the_turn_is_allowed(tmp_path):
                                 ("session/request_permission", "c1", "cancelled", "policy_refusal")]  # fmt: skip
 
 
+@LOOP_SLOW
 def test_after_a_cancel_the_agent_s_later_requests_are_refused(tmp_path):
     """SIGINT to the CLI while the agent keeps sending writes (it ignores `session/cancel`): none after the cancel
     is served, during the grace period before the kill."""
