@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ._checks import Bounds
 from ._report import summary, write_report
-from ._runner import SoakRunner
 
 __all__ = ["register", "soak_command"]
 
@@ -98,6 +97,8 @@ def soak_command(
     if short is not None:
         print(f"soak: {short}", file=sys.stderr)
         return 2
+    from ._runner import SoakRunner  # the kernel: imported when a soak runs, not for every command's start
+
     try:
         runner = SoakRunner(tasks=tasks, mode=mode, agent=agent, agent_env=agent_env, bounds=bounds,
                             inject=tuple(inject))  # fmt: skip

@@ -6,10 +6,12 @@ import itertools
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._checks import MIB
-from ._runner import SoakResult
+
+if TYPE_CHECKING:  # the runner loads the kernel: a type here, not an import at start
+    from ._runner import SoakResult
 
 __all__ = ["PLOTTED", "write_report"]
 
