@@ -35,10 +35,15 @@ def test_scripted(): pass
     ids=["plain", "not-inference", "soak", "soak-or-inference", "not-soak"],
 )
 def test_soak_runs_only_when_an_expression_names_it(pytester, args, selected):
-    pytester.makepyfile(test_categories=CATEGORIES)
-    result = pytester.runpytest("--collect-only", "-q", *args)  # the plugin loads by its entry point
-    collected = [line.split("::")[-1] for line in result.outlines if "::" in line]
+    collected = selected_by(pytester, CATEGORIES, *args)
     assert collected == selected
+
+
+def selected_by(pytester, source: str, *args: str) -> list[str]:
+    """The tests of `source` a run with `args` collects (the plugin loads by its entry point)."""
+    pytester.makepyfile(test_categories=source)
+    result = pytester.runpytest("--collect-only", "-q", *args)
+    return [line.split("::")[-1] for line in result.outlines if "::" in line]
 
 
 SCRIPTED_TIERS = """
@@ -65,10 +70,7 @@ def test_slow(): pass
     ids=["plain", "scripted", "slow", "both", "not-inference"],
 )
 def test_the_fast_tier_leaves_the_slow_scripted_cases_to_a_plain_run(pytester, args, selected):
-    pytester.makepyfile(test_tiers=SCRIPTED_TIERS)
-    result = pytester.runpytest("--collect-only", "-q", *args)
-    collected = [line.split("::")[-1] for line in result.outlines if "::" in line]
-    assert collected == selected
+    assert selected_by(pytester, SCRIPTED_TIERS, *args) == selected
 
 
 MY_AGENT_TESTS = """

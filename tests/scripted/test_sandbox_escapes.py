@@ -438,12 +438,14 @@ def test_one_loop_cannot_read_another_loops_files_or_use_its_proxy(tmp_path, lis
     b_rules = [READ_ALL, WRITE_SRC, {"id": "lo", "kind": "network", "hosts": ["127.0.0.1"], "decision": "allow"}]
     b_script = "echo B-CREDENTIAL > $HOME/credential.txt; echo B-CREDENTIAL > $TMPDIR/credential.txt; sleep 12"
     b_ws = make_workspace(tmp_path / "b")
-    b_scenario = write_yaml(tmp_path / "b.yaml", scenario({"T1": [turn({"run": {"script": b_script}})]}))
+    # one turn each (a tool call, then the task completes): B sleeps through the whole of A's one look
+    think = {"tool_call": {"id": "c1", "title": "Think", "kind": "think"}}
+    b_scenario = write_yaml(tmp_path / "b.yaml", scenario({"T1": [turn(think, {"run": {"script": b_script}})]}))
     b_loop = loop_config(b_ws, b_scenario, rules=b_rules, transcripts=str(tmp_path / "b-transcripts"))
     b_config = write_yaml(tmp_path / "b-loop.yaml", b_loop)
     a_script = OTHER_RUN.format(base=base, port=port)
     (tmp_path / "a").mkdir()
-    _, a_config = hostile(tmp_path / "a", a_script, mode=mode, rules=[READ_ALL, WRITE_SRC])
+    _, a_config = hostile(tmp_path / "a", a_script, mode=mode, rules=[READ_ALL, WRITE_SRC], commit={"push": False})
     b = subprocess.Popen([CLI, "run", str(b_config), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)  # fmt: skip
     try:
