@@ -23,7 +23,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                        help="the state directory: state.db (SQLite) and the bearer token")  # fmt: skip
     serve.add_argument("--allow-once-after", type=float, metavar="S",
                        default=float(os.environ.get("LOOP_HARNESS_ALLOW_ONCE_AFTER_S", "15")),
-                       help="seed 002's idle allow-once countdown, seconds (default 15; 0 turns it off)")  # fmt: skip
+                       help="seconds after which a pending request no person answers is allowed once (the idle "
+                            "allow-once countdown; default 15; 0 turns it off)")  # fmt: skip
     serve.set_defaults(handler=_handle)
 
 

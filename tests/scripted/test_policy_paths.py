@@ -630,7 +630,7 @@ HARD_LINK_WHY = "a file beneath has another name that may be outside the worktre
 
 HARD_LINK_RULES = [READ_ALL, deny_read("no-secret", "src/secret/**"), RUN_ALL,
                    {"id": "write-docs", "kind": "write", "paths": ["docs/**"], "decision": "allow"}]  # fmt: skip
-_NOT_WALKED = ("left open by 4babdf0: a directory read whole that no read deny may reach into is not walked, so a "
+_NOT_WALKED = ("left open: a directory read whole that no read deny may reach into is not walked, so a "
                "hard link in it is never seen (docs/h reads src/secret/key)")  # fmt: skip
 
 
