@@ -163,7 +163,10 @@ def score() -> str:
     lines = [f"{'module':<22} {'mutants':>7} {'killed':>7} {'timeout':>7} {'survived':>8} {'score':>6}"]
     totals = [0, 0, 0, 0]
     for meta in sorted((ROOT / "mutants" / "harness").rglob("*.py.meta")):  # the policy modules, at any depth
-        codes = list(json.loads(meta.read_text())["exit_code_by_key"].values())
+        # a module with no mutant, or none run (`mutmut run NAMES` on part of the policy), has no score
+        codes = [c for c in json.loads(meta.read_text())["exit_code_by_key"].values() if c is not None]
+        if not codes:
+            continue
         counts = [len(codes), sum(c in _KILLED for c in codes), sum(c in _TIMEOUT for c in codes), codes.count(0)]
         totals = [a + b for a, b in zip(totals, counts, strict=True)]
         lines.append(_score_line(meta.name.removesuffix(".meta"), counts))

@@ -193,6 +193,7 @@ OPTION_WORDS = ["-o", "-f", "-C", "-t", "-i", "-r", "-R", "-p", "-x", "-e", "-n"
                 "--recursive", "--in-place", "--file", "--expression=p", "-I", "-O", "-S", "--verbose"]  # fmt: skip
 
 SEED_COMMANDS = [
+    "export PATH=docs", "X=1 export A=1", "PATH=docs export LANG=C", "TZ=UTC date",  # what assignments set
     "git status", "git log -1", "git diff HEAD", "git show HEAD", "git add src/a.txt", "git commit -m x",
     "git -C src status", "git config --get user.name", "git config --list", "git remote -v", "git bisect run x",
     "git log --oneline -- src", "git grep x", "git stash", "git bundle create docs/b HEAD", "git format-patch -o docs",
