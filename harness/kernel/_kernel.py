@@ -27,12 +27,14 @@ from ..config._config import Config, MemoryQueueConfig, check_transcripts_outsid
 from ..config._exceptions import ConfigError
 from ..link._agent_link import VERSION
 from ..link._client import InteractiveHandler
+from ..policy._policy import Policy
 from ..queues import QueueProvider, make_provider
 from ..record._records import RecordType
 from ..record._recovery import ActiveRuns
 from ..record._results import RunResult, TaskResult
 from ..record._terminals import Stop, Terminal
 from ..record._transcript import Transcript
+from ._model_server import check_endpoint_allowed, describe_endpoint
 from ._run import Controls, Run, RunState
 
 __all__ = ["Kernel", "RunState", "default_transcript_path"]
@@ -151,6 +153,9 @@ class Kernel:
         if self.transcript_path.exists() and self.transcript_path.stat().st_nlink > 1:
             raise ConfigError("transcript", f"{self.transcript_path} has other names (hard links): the transcript "
                               "would be written wherever they are; give a new file")  # fmt: skip
+        endpoint = self.config.agent.endpoint
+        if endpoint is not None:  # a model server the sandbox would never let the agent reach: said before the run
+            check_endpoint_allowed(self.config, Policy(self.config.policy.rules, self.config.workspace))
         active = ActiveRuns(self.transcript_path.parent)
         try:
             recovered = active.recover()  # runs whose kernel died: ended Failed/restarted
@@ -174,6 +179,7 @@ class Kernel:
             completions=self.completions,
         )
         mode = "prompt" if prompt is not None else "task" if task_id is not None else "queue"
+        model_server = {"endpoint": await asyncio.to_thread(describe_endpoint, endpoint)} if endpoint else {}
         transcript.record(
             RecordType.RUN_START,
             mode=mode,
@@ -184,6 +190,7 @@ class Kernel:
             provider=self.provider.name,
             rules=[r.id for r in self.config.policy.rules],
             limits=self.config.resolved_limits(),
+            **model_server,
             **trust,  # what recovery checks a marker against, should this kernel die
         )
         for ended in recovered:

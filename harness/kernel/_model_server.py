@@ -1,0 +1,68 @@
+"""The model server a run's agent talks to (`agent.endpoint`): allowed through the sandbox, and described.
+
+The kernel asks the server once, before the run's first record, which models it serves (`GET {url}/models`,
+which llama.cpp's server, vLLM and Ollama all answer), so `run_start` says what model the run used and, where
+the server reports one, its revision or digest. The kernel itself runs outside the sandbox: this request
+never goes through the agent's proxy, and a server that does not answer is recorded, not fatal (the agent
+meets it and the run ends with the agent's own cause).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..config._config import Config, EndpointConfig
+from ..config._exceptions import ConfigError
+from ..policy._policy import Policy
+
+__all__ = ["check_endpoint_allowed", "describe_endpoint"]
+
+#: Enough for a server on this machine or the next rack; a run does not wait on a dead one for long.
+PROBE_TIMEOUT_S = 3.0
+_KEPT_FIELDS = 12  # of the server's entry for the model: enough to read, never a page of metadata
+
+
+def check_endpoint_allowed(config: Config, policy: Policy) -> None:
+    """Under the sandbox the agent reaches its model server only through the kernel's proxy, which lets
+    through what the network rules allow: a server they refuse would fail every turn, so say so now."""
+    endpoint = config.agent.endpoint
+    if endpoint is None or config.sandbox.mode == "off" or policy.interactive:
+        return
+    host = urlsplit(endpoint.url).hostname or ""
+    verdict = policy.judge_host(host)
+    if not verdict.allowed:
+        why = verdict.reason.get("why") or verdict.reason.get("kind", "refused")
+        raise ConfigError(
+            "agent.endpoint.url",
+            f"the agent reaches {host} only through the sandbox's proxy, and the network rules refuse it "
+            f"({why}): add a rule such as {{id: model-server, kind: network, hosts: [{host}], decision: allow}}",
+        )
+
+
+def describe_endpoint(endpoint: EndpointConfig, *, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """What `run_start` records of the model server: the url and model, whether the server lists the model,
+    its revision (or digest) where the server reports one, and the server's own entry for it."""
+    described: dict[str, Any] = {"url": endpoint.url, "model": endpoint.model, "revision": None}
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            answer = client.get(f"{endpoint.url}/models")
+        answer.raise_for_status()
+        listed = answer.json().get("data")
+        if not isinstance(listed, list):
+            raise ValueError("no `data` list in the answer")
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        described["listed"] = None
+        described["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        return described
+    entry = next((e for e in listed if isinstance(e, dict) and e.get("id") == endpoint.model), None)
+    described["listed"] = entry is not None
+    if entry is None:
+        described["served"] = sorted(str(e.get("id")) for e in listed if isinstance(e, dict))[:20]
+        return described
+    revision = entry.get("revision") or entry.get("digest")
+    described["revision"] = str(revision) if revision else None
+    described["entry"] = {k: entry[k] for k in list(entry)[:_KEPT_FIELDS]}
+    return described
