@@ -110,6 +110,7 @@ class EndpointConfig(_Strict):
 
     url: str = Field(min_length=1)  # the API base, as OpenAI clients take it: http://127.0.0.1:8080/v1
     model: str = Field(min_length=1)  # the name the server serves the model under
+    pin: str | None = None  # an [endpoints.NAME] entry of models.lock the served model must match
 
     @field_validator("url")
     @classmethod

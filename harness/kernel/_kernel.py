@@ -25,8 +25,10 @@ from typing import Any
 
 from ..config._config import Config, MemoryQueueConfig, check_transcripts_outside
 from ..config._exceptions import ConfigError
+from ..git._preconditions import blocked
 from ..link._agent_link import VERSION
 from ..link._client import InteractiveHandler
+from ..models import LockError, ModelLock
 from ..policy._policy import Policy
 from ..queues import QueueProvider, make_provider
 from ..record._records import RecordType
@@ -34,7 +36,7 @@ from ..record._recovery import ActiveRuns
 from ..record._results import RunResult, TaskResult
 from ..record._terminals import Stop, Terminal
 from ..record._transcript import Transcript
-from ._model_server import check_endpoint_allowed, describe_endpoint
+from ._model_server import check_endpoint_allowed, describe_endpoint, pin_mismatch
 from ._run import Controls, Run, RunState
 
 __all__ = ["Kernel", "RunState", "default_transcript_path"]
@@ -153,9 +155,14 @@ class Kernel:
         if self.transcript_path.exists() and self.transcript_path.stat().st_nlink > 1:
             raise ConfigError("transcript", f"{self.transcript_path} has other names (hard links): the transcript "
                               "would be written wherever they are; give a new file")  # fmt: skip
-        endpoint = self.config.agent.endpoint
+        endpoint, pinned = self.config.agent.endpoint, None
         if endpoint is not None:  # a model server the sandbox would never let the agent reach: said before the run
             check_endpoint_allowed(self.config, Policy(self.config.policy.rules, self.config.workspace))
+            if endpoint.pin is not None:
+                try:
+                    pinned = ModelLock.load().endpoint(endpoint.pin)
+                except LockError as exc:
+                    raise ConfigError("agent.endpoint.pin", str(exc)) from None
         active = ActiveRuns(self.transcript_path.parent)
         try:
             recovered = active.recover()  # runs whose kernel died: ended Failed/restarted
@@ -180,6 +187,7 @@ class Kernel:
         )
         mode = "prompt" if prompt is not None else "task" if task_id is not None else "queue"
         model_server = {"endpoint": await asyncio.to_thread(describe_endpoint, endpoint)} if endpoint else {}
+        mismatch = pin_mismatch(model_server["endpoint"], pinned) if pinned is not None else None
         transcript.record(
             RecordType.RUN_START,
             mode=mode,
@@ -198,7 +206,11 @@ class Kernel:
         tasks: list[TaskResult] = []
         run.state, run.position = RunState.RUNNING, {"mode": mode}
         try:
-            stop = await self._drive(run, tasks, task_id=task_id, prompt=prompt)
+            if mismatch is not None:  # not the model models.lock pins: no agent is started on it
+                stop = blocked("model_server", mismatch, pin=endpoint.pin if endpoint else None)
+                transcript.record(RecordType.PRECONDITIONS, ok=False, failed=dict(stop.reason))
+            else:
+                stop = await self._drive(run, tasks, task_id=task_id, prompt=prompt)
         except asyncio.CancelledError:
             await run.teardown.close()
             self._finish(run, Stop(Terminal.CANCELLED, {"kind": "interrupted"}), tasks)

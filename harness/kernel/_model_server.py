@@ -9,6 +9,7 @@ meets it and the run ends with the agent's own cause).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,9 +17,10 @@ import httpx
 
 from ..config._config import Config, EndpointConfig
 from ..config._exceptions import ConfigError
+from ..models import EndpointEntry
 from ..policy._policy import Policy
 
-__all__ = ["check_endpoint_allowed", "describe_endpoint"]
+__all__ = ["check_endpoint_allowed", "describe_endpoint", "pin_mismatch"]
 
 #: Enough for a server on this machine or the next rack; a run does not wait on a dead one for long.
 PROBE_TIMEOUT_S = 3.0
@@ -63,6 +65,47 @@ def describe_endpoint(endpoint: EndpointConfig, *, timeout: float = PROBE_TIMEOU
         described["served"] = sorted(str(e.get("id")) for e in listed if isinstance(e, dict))[:20]
         return described
     revision = entry.get("revision") or entry.get("digest")
+    if not revision and endpoint.url.endswith("/v1"):  # Ollama's OpenAI API leaves the digest to its own
+        with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError, TypeError):
+            revision = _ollama_digest(endpoint, timeout)
     described["revision"] = str(revision) if revision else None
     described["entry"] = {k: entry[k] for k in list(entry)[:_KEPT_FIELDS]}
     return described
+
+
+def _ollama_digest(endpoint: EndpointConfig, timeout: float) -> str | None:
+    """The manifest digest Ollama's own API lists for the model (`GET /api/tags`), as sha256:<hex>."""
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        answer = client.get(f"{endpoint.url.removesuffix('/v1')}/api/tags")
+    answer.raise_for_status()
+    for model in answer.json().get("models") or []:
+        if endpoint.model in (model.get("name"), model.get("model")) and model.get("digest"):
+            digest = str(model["digest"])
+            return digest if digest.startswith("sha256:") else f"sha256:{digest}"
+    return None
+
+
+def pin_mismatch(described: dict[str, Any], pinned: EndpointEntry) -> str | None:
+    """Why the server's model is not the one `models.lock` pins (None: it is). A pinned revision or digest
+    the server does not report cannot be checked, and an unattended run does not take an unchecked model."""
+    if described.get("listed") is None:
+        return f"the model server did not answer ({described.get('error')}), so the pinned model cannot be checked"
+    if pinned.model != described["model"]:
+        return (f"agent.endpoint.model is {described['model']!r} but [endpoints.{pinned.name}] pins "
+                f"{pinned.model!r}")  # fmt: skip
+    if not described["listed"]:
+        return f"the server does not serve {pinned.model!r} (it serves {described.get('served')})"
+    wanted = [w for w in (pinned.revision, pinned.digest) if w]
+    if not wanted:
+        return None  # the name alone is pinned
+    reported = described.get("revision")
+    if reported is None:
+        return (f"the server reports no revision or digest for {pinned.model!r}, so the pinned "
+                f"{' / '.join(wanted)} cannot be checked")  # fmt: skip
+    if not any(_same(reported, w) for w in wanted):
+        return f"the server serves {pinned.model!r} at {reported}, not the pinned {' / '.join(wanted)}"
+    return None
+
+
+def _same(reported: str, pinned: str) -> bool:
+    return reported.removeprefix("sha256:") == pinned.removeprefix("sha256:")

