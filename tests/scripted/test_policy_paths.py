@@ -682,3 +682,32 @@ def test_a_directory_written_whole_with_a_hard_link_inside_is_refused(tmp_path, 
                                 "decision": "deny"}]  # fmt: skip
     verdict = expect(bash(policy_of(root, rules), command), "hard_link")
     assert (verdict.reason["path"], verdict.reason["why"]) == ("docs/h", HARD_LINK_WHY)
+
+
+@pytest.mark.parametrize(
+    ("kind", "relative", "outcome"),
+    [
+        ("write", ".", "protected_path"),  # deleting the root takes .git with it
+        ("write", ".git/config", "protected_path"),
+        ("write", "src/.git/HEAD", "protected_path"),  # every .git, a nested one too
+        ("write", "src/a.txt", "allowed"),
+        ("write", "src/new/file.py", "allowed"),  # a path that does not exist yet is judged by place alone
+        ("write", "src/secret/key", "denied"),
+        ("write", "docs/x", "unmatched"),
+        ("read", ".git/config", "allowed"),  # protection is of writes: `read **` reads .git
+        ("read", "src/secret/key", "denied"),
+        ("read", ".", "denied"),  # the whole tree holds what the read deny matches
+    ],
+)
+def test_the_change_sets_judgement_of_a_place(careful, kind, relative, outcome):
+    """What the kernel asks of each path a task changed at its boundary (`Policy.judge_place`): protection,
+    then the rules, deny winning and no rule refusing; no link is followed, the path being already resolved."""
+    verdict = expect(careful.judge_place(kind, relative), outcome)
+    if outcome == "protected_path":  # as the transcript's refusal names it
+        assert verdict.rule_ids == ("protected",) and verdict.reason == {"kind": outcome, "path": relative}
+
+
+@pytest.mark.parametrize(("relative", "protected"), [(".", True), (".git", True), ("a/.GIT/b", True),
+                                                     ("src", False), ("src/a.txt", False)])  # fmt: skip
+def test_is_protected_names_every_git_directory_and_the_root(careful, relative, protected):
+    assert careful.is_protected(relative) is protected

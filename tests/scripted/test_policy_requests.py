@@ -8,8 +8,11 @@ The tables judge against the shared worktree (policy_corpus.build_worktree) unde
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
+import socket
 
+import psutil
 import pytest
 
 from harness import Policy
@@ -261,6 +264,58 @@ def test_the_sandbox_proxy_judges_a_host_by_the_network_rules(worktree, host, ou
         assert verdict.reason == {"kind": "unmatched", "rule_kind": "network", "target": named}
     elif outcome == "denied":
         assert verdict.reason == {"kind": "denied", "rule_id": rules[0], "target": named}
+
+
+EVERY_HOST = [{"id": "any-host", "kind": "network", "hosts": ["*"], "decision": "allow"}]
+
+
+def _this_machines_own_addresses() -> list[str]:
+    """Its interfaces' addresses beyond loopback and link-local (eth0's, a bridge's): a service listening on
+    0.0.0.0 answers there too."""
+    found = {a.address.split("%", 1)[0] for entries in psutil.net_if_addrs().values() for a in entries
+             if a.family in (socket.AF_INET, socket.AF_INET6)}  # fmt: skip
+    return sorted(
+        a for a in found if not (ipaddress.ip_address(a).is_loopback or ipaddress.ip_address(a).is_link_local)
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "named"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("localhost", "localhost"),
+        ("0.0.0.0", "0.0.0.0"),  # Linux reaches its own machine there
+        ("0.1.2.3", "0.1.2.3"),  # "this network": no host is there but this one
+        ("169.254.169.254", "169.254.169.254"),  # link-local, with the cloud's metadata service
+        ("::1", "::1"),
+        ("::", "::"),
+        ("fe80::1", "fe80::1"),
+        ("::ffff:127.0.0.1", "127.0.0.1"),
+    ],
+)
+def test_this_machine_is_reached_only_by_a_rule_naming_it(worktree, host, named):
+    """A pattern (`*`) lets the proxy reach hosts elsewhere, never this machine or its link: only a rule that
+    names the address itself does."""
+    verdict = expect(policy_of(worktree, EVERY_HOST).judge_host(host), "unmatched")
+    assert "is this machine" in verdict.reason["why"], verdict.reason
+    naming = [{"id": "me", "kind": "network", "hosts": [named], "decision": "allow"}]
+    assert expect(policy_of(worktree, naming).judge_host(host), "allowed").rule_ids == ("me",)
+
+
+def test_this_machines_own_interface_addresses_are_this_machine(worktree):
+    own = _this_machines_own_addresses()
+    if not own:
+        pytest.skip("this machine has no address beyond loopback and link-local")
+    policy = policy_of(worktree, EVERY_HOST)
+    for address in own:
+        verdict = expect(policy.judge_host(address), "unmatched")
+        assert "is this machine" in verdict.reason["why"], (address, verdict.reason)
+
+
+@pytest.mark.parametrize("host", ["8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "api.github.com"])
+def test_a_pattern_lets_the_proxy_reach_a_host_elsewhere(worktree, host):
+    assert expect(policy_of(worktree, EVERY_HOST).judge_host(host), "allowed").rule_ids == ("any-host",)
 
 
 def test_with_no_rules_the_proxy_lets_no_host_through(worktree):
