@@ -30,6 +30,7 @@ from .bench import register as register_bench
 from .config._config import NO_QUEUE, load_config
 from .config._exceptions import ConfigError
 from .conformance._check_cli import register as register_check
+from .fake_model._cli import register as register_fake_model
 from .server._cli import register as register_serve
 
 if TYPE_CHECKING:  # the kernel (and the ACP SDK) load only for `run`
@@ -57,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens=args.max_tokens,
             max_steps=args.max_steps,
             trace=args.trace,
+            endpoint=args.endpoint,
+            stream=args.stream,
+            connect_timeout=args.connect_timeout,
+            read_timeout=args.read_timeout,
+            n_ctx=args.n_ctx,
         )
     if args.command == "limits":
         return _limits(args)
@@ -86,8 +92,21 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
     agent = commands.add_parser("agent", help="serve an agent on stdio (ACP)")
-    agent.add_argument("which", choices=["inference"], help="the local llama.cpp agent")
-    agent.add_argument("--model", metavar="NAME", help="a model in models.lock (default: its default)")
+    agent.add_argument("which", choices=["inference"], help="the inference agent (local llama.cpp, or --endpoint)")
+    agent.add_argument("--model", metavar="NAME", help="a model in models.lock (default: its default); with "
+                       "--endpoint, the model the server serves (default: the one it lists first); "
+                       "else $LOOP_HARNESS_MODEL")  # fmt: skip
+    agent.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server's base URL (e.g. "
+                       "http://127.0.0.1:8080/v1): its chat completions instead of the local model; else "
+                       "$LOOP_HARNESS_ENDPOINT")  # fmt: skip
+    agent.add_argument("--no-stream", dest="stream", action="store_false", help="with --endpoint: ask for whole "
+                       "answers (for servers that cannot stream tool calls, such as llama-cpp-python's)")  # fmt: skip
+    agent.add_argument("--connect-timeout", type=float, metavar="S", help="with --endpoint: seconds to connect "
+                       "(default 5)")  # fmt: skip
+    agent.add_argument("--read-timeout", type=float, metavar="S", help="with --endpoint: seconds without a byte "
+                       "from the server (default 120)")  # fmt: skip
+    agent.add_argument("--n-ctx", type=int, metavar="N", help="context size (default 4096; with --endpoint, "
+                       "what the server reports, else 4096)")  # fmt: skip
     agent.add_argument("--seed", type=int, default=42, help="sampling seed (default 42)")
     agent.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
     agent.add_argument("--max-tokens", type=int, default=512, help="token budget per prompt turn (default 512)")
@@ -107,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     register_bench(commands)
     register_check(commands)
     register_serve(commands)
+    register_fake_model(commands)
 
     # Commands from other packages (the soak's `soak`): each registers its own parser and handler, so
     # the kernel's CLI imports none of them.

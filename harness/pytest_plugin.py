@@ -7,7 +7,13 @@ Markers, registered with strict markers in mind:
     LoopSoak        hundreds of tasks with bounded resources (slow): deselected unless `-m` selects it
     LoopAgent       your own ACP agent (the command `--loop-agent` or the `loop_agent` ini key names)
     LoopE2E         the control server end to end: a real `loop-harness serve` on loopback
+    loop-real       real agents' ACP adapters (Codex, Claude Code) against the fake model APIs (`fake_model/`)
     loop_workspace(files={...}, ignore=[...])   what `harness_workspace` starts with
+
+Options: `--loop-agent COMMAND` (your agent); `--loop-endpoint URL|llama-cpp-server`, `--loop-model NAME` and
+`--loop-endpoint-args ARGS` run the inference agent (LoopInference) on an OpenAI-compatible server instead of
+its local model: `loop_endpoint` is that server (`llama-cpp-server` starts llama-cpp-python's own on the
+pinned model for the session, its log shown beside a failing test).
 
 Test modules mark themselves with `pytestmark = LOOP_SCRIPTED` (the hyphen
 keeps `pytest.mark.loop-scripted` from being valid Python). Fixtures are
@@ -19,7 +25,7 @@ unrelated test run nothing (the ACP SDK takes about a second to import).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +33,21 @@ import pytest
 
 if TYPE_CHECKING:
     from . import testing
+    from .fake_model._messages import FakeMessages
+    from .fake_model._responses import FakeResponses
+    from .fake_model._script import ScriptSource
     from .record._results import RunResult
 
-__all__ = ["LOOP_AGENT", "LOOP_E2E", "LOOP_INFERENCE", "LOOP_SCRIPTED", "LOOP_SLOW", "LOOP_SOAK", "MARKERS"]
+__all__ = [
+    "LOOP_AGENT",
+    "LOOP_E2E",
+    "LOOP_INFERENCE",
+    "LOOP_REAL",
+    "LOOP_SCRIPTED",
+    "LOOP_SLOW",
+    "LOOP_SOAK",
+    "MARKERS",
+]
 
 MARKERS = {
     "loop-scripted": "fast loop tests against the scripted ACP agent (every loop branch)",
@@ -39,6 +57,8 @@ MARKERS = {
     "LoopSoak": "hundreds of tasks asserting bounded memory, handles, threads and transcript size",
     "LoopAgent": "the kernel against your own ACP agent (--loop-agent COMMAND, or the loop_agent ini key)",
     "LoopE2E": "the control server end to end: a real loop-harness serve on loopback, driven over HTTP",
+    "loop-real": "real agents' ACP adapters (Codex, Claude Code, from npm; skipped without node or the registry) "
+    "under the kernel, against the fake model APIs on loopback (no key, no network)",
     "loop_workspace": "loop_workspace(files={path: text}, ignore=[pattern]): what harness_workspace starts with",
 }
 LOOP_SCRIPTED = getattr(pytest.mark, "loop-scripted")
@@ -47,6 +67,7 @@ LOOP_INFERENCE = pytest.mark.LoopInference
 LOOP_SOAK = pytest.mark.LoopSoak
 LOOP_AGENT = pytest.mark.LoopAgent
 LOOP_E2E = pytest.mark.LoopE2E
+LOOP_REAL = getattr(pytest.mark, "loop-real")
 
 _NO_AGENT = (
     "no agent to test: pass --loop-agent 'COMMAND ARGS' to pytest, or set loop_agent = \"COMMAND ARGS\" "
@@ -59,6 +80,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--loop-agent", metavar="COMMAND", help="the ACP agent command (split like a shell does) "
                     "that the loop_agent_command and harness_config fixtures use")  # fmt: skip
     parser.addini("loop_agent", "the ACP agent command that --loop-agent gives on the command line", type="args")
+    group.addoption("--loop-endpoint", metavar="URL|llama-cpp-server", help="run the inference agent (the "
+                    "LoopInference tests) on an OpenAI-compatible server: its base URL "
+                    "(http://127.0.0.1:8080/v1), or llama-cpp-server to start llama-cpp-python's server on the "
+                    "pinned model for the session")  # fmt: skip
+    group.addoption("--loop-model", metavar="NAME", help="with --loop-endpoint URL: the model the server serves "
+                    "(default: the one it lists first)")  # fmt: skip
+    group.addoption("--loop-endpoint-args", metavar="ARGS", default="", help="more inference agent options with "
+                    "--loop-endpoint, split like a shell does (e.g. '--no-stream --read-timeout 300')")  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -106,6 +135,71 @@ def harness_model_fixture() -> Path:
         return resolve_model()
     except (LockError, ModelUnavailable, ModelHashMismatch) as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(name="loop_endpoint_server", scope="session")
+def loop_endpoint_server_fixture(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[testing.LlamaCppServer | None]:
+    """With `--loop-endpoint=llama-cpp-server`, llama-cpp-python's server on the pinned model (`harness_model`)
+    on a free loopback port, started once per session (per xdist worker), waited for, and stopped at the end
+    (None for any other `--loop-endpoint`, or none). `restart()` gives a test an empty prompt cache."""
+    from . import testing
+
+    if request.config.getoption("--loop-endpoint") != testing.LLAMA_CPP_SERVER:
+        yield None
+        return
+    import os
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # the cores shared among the workers' servers
+    server = testing.LlamaCppServer(request.getfixturevalue("harness_model"),
+                                    log=tmp_path_factory.mktemp("llama-cpp-server") / "server.log",
+                                    threads=max(1, (os.cpu_count() or 2) // workers))  # fmt: skip
+    try:
+        server.start()
+    except (RuntimeError, OSError) as exc:
+        pytest.fail(f"--loop-endpoint={testing.LLAMA_CPP_SERVER}: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(name="loop_endpoint", scope="session")
+def loop_endpoint_fixture(
+    request: pytest.FixtureRequest, loop_endpoint_server: testing.LlamaCppServer | None
+) -> testing.Endpoint | None:
+    """The OpenAI-compatible server `--loop-endpoint` names, with `--loop-model` and `--loop-endpoint-args`
+    (None without it: the local model). The server `llama-cpp-server` started has its log beside every
+    failing test that used it."""
+    from . import testing
+
+    option = request.config.getoption("--loop-endpoint")
+    if not option:
+        return None
+    extra = tuple(shlex.split(request.config.getoption("--loop-endpoint-args") or ""))
+    if loop_endpoint_server is not None:
+        started = loop_endpoint_server.endpoint
+        assert started is not None
+        return testing.Endpoint(started.url, started.model, (*started.agent_args, *extra), started.log)
+    return testing.Endpoint(option.rstrip("/"), request.config.getoption("--loop-model"), extra)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failing test that used a server we started shows the end of its log."""
+    report = yield
+    endpoint = getattr(item, "funcargs", {}).get("loop_endpoint")
+    log = getattr(endpoint, "log", None)
+    if report.failed and isinstance(log, Path):
+        try:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        except OSError as exc:
+            tail = f"(no log: {exc})"
+        report.sections.append((f"llama-cpp-server log ({log})", tail))
+    return report
 
 
 @pytest.fixture(name="harness_workspace")
@@ -193,3 +287,42 @@ def run_loop_fixture() -> Callable[..., RunResult]:
         return result
 
     return run
+
+
+@pytest.fixture(name="fake_responses")
+def fake_responses_fixture() -> Iterator[Callable[[ScriptSource], FakeResponses]]:
+    """Start a stand-in OpenAI Responses API (for Codex) on 127.0.0.1 playing a script: a script file's path,
+    or its replies as data (`[[{"shell": "make test"}], [{"say": "done"}]]`). `.url` is the base URL for Codex's
+    provider (`.../v1`), `.requests` every request body, `.outputs()` what the commands printed. Each is
+    closed at teardown."""
+    from .fake_model._responses import FakeResponses
+    from .fake_model._script import as_script
+
+    started: list[FakeResponses] = []
+
+    def start(script: ScriptSource) -> FakeResponses:
+        started.append(FakeResponses.from_script(as_script(script)))
+        return started[-1]
+
+    yield start
+    for fake in started:
+        fake.close()
+
+
+@pytest.fixture(name="fake_messages")
+def fake_messages_fixture() -> Iterator[Callable[[ScriptSource], FakeMessages]]:
+    """Start a stand-in Anthropic Messages API (for Claude Code) on 127.0.0.1 playing a script, as
+    `fake_responses` does. `.url` is `ANTHROPIC_BASE_URL` (no `/v1`), `.requests` every request (method, path,
+    body, turn), `.turns()` the agent's own turns, `.outputs()` what the commands printed."""
+    from .fake_model._messages import FakeMessages
+    from .fake_model._script import as_script
+
+    started: list[FakeMessages] = []
+
+    def start(script: ScriptSource) -> FakeMessages:
+        started.append(FakeMessages.from_script(as_script(script)))
+        return started[-1]
+
+    yield start
+    for fake in started:
+        fake.close()

@@ -5,6 +5,9 @@ scenario = write_yaml(tmp_path / "s.yaml", {...})    # a scripted agent scenario
 config = write_yaml(tmp_path / "loop.yaml", loop_config(ws, scenario, tasks=[...]))
 config = write_yaml(tmp_path / "mine.yaml", loop_config(ws, agent=["python", "my_agent.py"]))  # any ACP agent
 result = run_loop(config)                           # RunResult: terminal, reason, tasks, transcript
+
+with LlamaCppServer(model_path, log=tmp_path / "server.log") as endpoint:   # an OpenAI-compatible server
+    command = inference_agent_command(endpoint=endpoint)                       # the inference agent on it
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ import atexit
 import functools
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -33,10 +39,13 @@ from .record._transcript import read_transcript
 __all__ = [
     "DEFAULT_RULES",
     "DEMO_TASKS",
+    "LLAMA_CPP_SERVER",
     "OUT_RULES",
     "READ_ALL",
     "WRITE_OUT",
     "WRITE_SRC",
+    "Endpoint",
+    "LlamaCppServer",
     "Workspace",
     "agent_messages",
     "agent_section",
@@ -174,9 +183,137 @@ def scripted_agent_command(scenario: Path) -> list[str]:
     return [sys.executable, "-m", "scripted_agents", str(scenario)]
 
 
-def inference_agent_command(*, seed: int = 42, threads: int = 2, model: str | None = None) -> list[str]:
+def inference_agent_command(
+    *, seed: int = 42, threads: int = 2, model: str | None = None, endpoint: Endpoint | None = None
+) -> list[str]:
+    """The inference agent's command line: on the pinned local model (`model`, a models.lock name), or on
+    `endpoint` (an OpenAI-compatible server; `model` is then ignored for the endpoint's own)."""
     command = [sys.executable, "-m", "harness", "agent", "inference", "--seed", str(seed), "--threads", str(threads)]
+    if endpoint is not None:
+        named = ["--model", endpoint.model] if endpoint.model else []
+        return [*command, "--endpoint", endpoint.url, *named, *endpoint.agent_args]
     return [*command, "--model", model] if model else command
+
+
+#: The `--loop-endpoint` keyword that starts llama-cpp-python's own server on the pinned model.
+LLAMA_CPP_SERVER = "llama-cpp-server"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible server for the inference agent: its base URL (`.../v1`), the model name to ask
+    for (None: the one it lists first), more agent options it needs, and its log when we started it."""
+
+    url: str
+    model: str | None = None
+    agent_args: tuple[str, ...] = ()
+    log: Path | None = None
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or ""
+
+    def network_rule(self) -> dict[str, Any]:
+        """The rule the sandbox's proxy needs to let the agent reach the server."""
+        return {"id": "model-endpoint", "kind": "network", "hosts": [self.host], "decision": "allow"}
+
+
+class LlamaCppServer:
+    """llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`, the `inference` extra's
+    `[server]` dependencies) on `model`, on a free loopback port, with the `chatml-function-calling` chat
+    format. `start()` waits until `GET /v1/models` answers (the process's death or `startup_timeout` fails it,
+    quoting the log); `stop()` terminates it, then kills it. Everything it prints goes to `log`.
+
+    Its chat format cannot stream a tool call the model chose itself (llama-cpp-python 0.3.36 raises "Automatic
+    streaming tool choice is not supported" once the reply has begun, and the stream breaks off), so the
+    endpoint it returns has the agent ask with `--no-stream`."""
+
+    def __init__(
+        self,
+        model: Path,
+        *,
+        log: Path,
+        threads: int = 2,
+        n_ctx: int = 4096,
+        seed: int = 42,
+        alias: str = "local",
+        startup_timeout: float = 120.0,
+    ) -> None:
+        self.model, self.log, self.threads, self.n_ctx, self.seed = model, log, threads, n_ctx, seed
+        self.alias, self.startup_timeout = alias, startup_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self.endpoint: Endpoint | None = None
+        self.port: int | None = None
+
+    def start(self) -> Endpoint:
+        import httpx
+
+        port = self.port = self.port or _free_loopback_port()  # a restart keeps the URL
+        command = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--model_alias", self.alias,
+                   "--chat_format", "chatml-function-calling", "--host", "127.0.0.1", "--port", str(port),
+                   "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads), "--n_threads_batch",
+                   str(self.threads), "--seed", str(self.seed), "--verbose", "False",
+                   # its default keeps the logits of every prompt token: a cold prompt took 3x as long
+                   "--logits_all", "False"]  # fmt: skip
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            out.write(f"$ {' '.join(command)}\n".encode())
+            out.flush()
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)  # fmt: skip
+        url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"llama-cpp-python's server exited with status {self.process.returncode} before "
+                                   f"it served {url}/models; its log ({self.log}):\n{self.log_tail()}")  # fmt: skip
+            try:
+                if httpx.get(f"{url}/models", timeout=1.0, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"llama-cpp-python's server did not serve {url}/models within "
+                                   f"{self.startup_timeout:g} s; its log ({self.log}):\n{self.log_tail()}")  # fmt: skip
+            time.sleep(0.1)
+        self.endpoint = Endpoint(url, self.alias, ("--no-stream",), self.log)
+        return self.endpoint
+
+    def restart(self) -> Endpoint:
+        """Stop and start again on the same port: an empty prompt cache (what it served before can change
+        what greedy decoding picks next, as llama.cpp's own tests note)."""
+        self.stop()
+        return self.start()
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"(no log: {exc})"
+
+    def __enter__(self) -> Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def inference_agent_env() -> dict[str, str]:

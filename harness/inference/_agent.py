@@ -7,11 +7,17 @@ client's policy governs the model exactly as it governs any agent. The turn
 ends `end_turn` when the model answers in text, calls `finish`, repeats its
 last call, or is refused; `max_tokens` when the turn's token budget is spent;
 `max_turn_requests` after too many model steps; `cancelled` on session/cancel.
+
+The model is a backend (`_model.Model`): the local llama.cpp one, or an OpenAI-compatible endpoint. The
+session keeps its history structured (OpenAI's chat shape, see `_prompting`), and each backend renders it
+its own way. A backend that cannot give a step (`StepError`: an endpoint down, or answering garbage) ends
+the prompt turn with a JSON-RPC error whose message names the cause; the kernel's run then ends `Failed`
+(`agent_error`) with it.
 """
 
 from __future__ import annotations
 
-import asyncio
+import importlib.metadata
 import os
 import sys
 import threading
@@ -36,8 +42,8 @@ from acp.schema import (
 )
 
 from ._host_client import HostClient
-from ._model import LocalModel, ModelStep
-from ._prompting import ACTION_TOOLS, TOOLS, render_chatml, system_prompt
+from ._model import Model, ModelStep, StepError
+from ._prompting import ACTION_TOOLS, TOOLS
 
 __all__ = ["InferenceAgent"]
 
@@ -46,7 +52,9 @@ OPTIONS = [
     PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
     PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
 ]
-KEEP_MESSAGES = 12  # besides the system prompt and the task: older steps are dropped from the prompt
+KEEP_MESSAGES = 12  # besides the task (and the system prompt a backend adds): older steps are dropped
+#: The JSON-RPC error a prompt turn ends with when the model backend could not give a step.
+MODEL_ERROR = -32603
 
 
 @dataclass
@@ -54,14 +62,14 @@ class _Session:
     cwd: str
     host: HostClient | None = None  # the host's tools for this task, over MCP
     tools: dict[str, dict[str, Any]] | None = None  # offered to the model: the actions, then the host's
-    messages: list[dict[str, str]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the history, OpenAI-shaped (see _prompting)
     cancel: threading.Event = field(default_factory=threading.Event)
     input_tokens: int = 0
     output_tokens: int = 0
 
 
 class InferenceAgent:
-    def __init__(self, model: LocalModel, *, max_tokens: int = 512, max_steps: int = 6) -> None:
+    def __init__(self, model: Model, *, max_tokens: int = 512, max_steps: int = 6) -> None:
         self.model = model
         self.max_tokens = max_tokens  # per prompt turn
         self.max_steps = max_steps  # model steps per prompt turn
@@ -75,11 +83,15 @@ class InferenceAgent:
 
     async def initialize(self, protocol_version: int, client_capabilities: Any = None, **kwargs: Any) -> Any:
         self._caps = client_capabilities
+        model = self.model.info
         return InitializeResponse(
             protocol_version=1,
             agent_capabilities=AgentCapabilities(load_session=False, mcp_capabilities=McpCapabilities(http=True)),
-            agent_info=Implementation(name="loop-harness-inference", version="0.1.0"),
-        )
+            agent_info=Implementation(name="loop-harness-inference", version=_version(),
+                                      title=f"loop-harness inference agent ({model['name'] or 'unnamed model'})"),
+            # the model it runs: {name, endpoint (None for the local one), revision (None when unknown)}
+            field_meta={"loopHarness": {"model": model}},
+        )  # fmt: skip
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
         session_id = f"sess_{uuid.uuid4().hex[:12]}"
@@ -110,8 +122,6 @@ class InferenceAgent:
                     session.tools.update(await session.host.list_tools())
                 except Exception as exc:  # the host tools are a bonus: the agent works without them
                     print(f"inference agent: host tools unavailable: {exc}", file=sys.stderr)
-        if not session.messages:
-            session.messages.append({"role": "system", "content": system_prompt(session.tools)})
         session.messages.append({"role": "user", "content": text})
         timings = {"ttftSeconds": 0.0, "decodeSeconds": 0.0, "decodeTokens": 0, "steps": 0, "invalidSteps": 0}
         stop_reason = await self._turn(session_id, session, timings)
@@ -126,13 +136,18 @@ class InferenceAgent:
         )
 
     async def _turn(self, session_id: str, session: _Session, timings: dict[str, Any]) -> str:
+        assert session.tools is not None
         budget = self.max_tokens
         previous: tuple[str | None, str] | None = None
         for _ in range(self.max_steps):
-            prompt = render_chatml(_window(session.messages))
-            step: ModelStep = await asyncio.to_thread(
-                self.model.step, prompt, max_tokens=budget, cancel=session.cancel, tools=session.tools
-            )
+            try:
+                step: ModelStep = await self.model.step(
+                    _window(session.messages), session.tools, max_tokens=budget, cancel=session.cancel
+                )
+            except StepError as exc:
+                print(f"inference agent: {exc}", file=sys.stderr)
+                data = {"model": self.model.info, **exc.data}
+                raise RequestError(MODEL_ERROR, f"model backend: {exc}", data) from None
             budget -= step.completion_tokens
             session.input_tokens += step.prompt_tokens
             session.output_tokens += step.completion_tokens
@@ -146,16 +161,16 @@ class InferenceAgent:
                 return "cancelled"
             if step.kind == "length":
                 return "max_tokens"
+            call_id = _history_id(session.messages, step.call_id)
             if step.kind == "invalid":  # tell the model, and let it try again (counted: the grammar should forbid it)
                 timings["invalidSteps"] += 1
-                session.messages.append(
-                    {"role": "assistant", "content": f"functions.{step.tool}:\n{step.raw_arguments}"}
-                )
-                session.messages.append({"role": "user", "content": "Those arguments are not valid JSON."})
+                session.messages.append(_call(call_id, step))
+                session.messages.append({"role": "tool", "tool_call_id": call_id, "name": step.tool,
+                                         "content": step.why_invalid, "invalid": True})  # fmt: skip
                 continue
             if step.kind == "message" or step.tool == "finish":
                 said = step.text if step.kind == "message" else step.arguments.get("summary", "")
-                session.messages.append({"role": "assistant", "content": f"message:\n{said}"})
+                session.messages.append({"role": "assistant", "content": said})
                 await self._say(session_id, said or "(done)")
                 return "end_turn"
             call = (step.tool, step.raw_arguments)
@@ -163,14 +178,14 @@ class InferenceAgent:
                 await self._say(session_id, f"I already called {step.tool} with these arguments; stopping here.")
                 return "end_turn"
             previous = call
-            session.messages.append({"role": "assistant", "content": f"functions.{step.tool}:\n{step.raw_arguments}"})
+            session.messages.append(_call(call_id, step))
             if step.tool in ACTION_TOOLS:
                 outcome, result = await self._act(session_id, session, step)
             else:
                 outcome, result = await self._host_call(session_id, session, step)
             if outcome != "ok":
                 return outcome
-            session.messages.append({"role": "user", "content": f"Result of {step.tool}: {result}"})
+            session.messages.append({"role": "tool", "tool_call_id": call_id, "name": step.tool, "content": result})
         return "max_turn_requests"
 
     async def _act(self, session_id: str, session: _Session, step: ModelStep) -> tuple[str, str]:
@@ -270,11 +285,36 @@ class InferenceAgent:
         )
 
 
-def _window(messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The system prompt and the first task message, then the most recent messages."""
-    if len(messages) <= 2 + KEEP_MESSAGES:
+def _window(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first task message, then the most recent messages (the backend puts its system prompt first)."""
+    if len(messages) <= 1 + KEEP_MESSAGES:
         return messages
-    return messages[:2] + messages[-KEEP_MESSAGES:]
+    return messages[:1] + messages[-KEEP_MESSAGES:]
+
+
+def _history_id(messages: list[dict[str, Any]], given: str | None) -> str:
+    """The id a call is kept under: the server's, unless the history holds it already (a server may number
+    each answer's calls from 0), else nine letters and digits (the form some models' templates insist on)."""
+    used = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
+    return given if given and given not in used else uuid.uuid4().hex[:9]
+
+
+def _call(call_id: str, step: ModelStep) -> dict[str, Any]:
+    """The history's record of a tool call the model made."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": step.tool, "arguments": step.raw_arguments}}
+        ],
+    }
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("loop-harness")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
 
 
 def _update_model(update: dict[str, Any]) -> Any:

@@ -1,34 +1,41 @@
-"""The local model: one `Llama` per process, loaded once, used by one generation at a time.
+"""The agent's model backends: one interface, `Model.step`, and the local backend, `LocalModel`.
 
-`LocalModel.step` plays one grammar-constrained model step (a tool call or a
-message), streaming tokens so a cancel is honoured between tokens and a token
-budget ends the step as `length`. Greedy decoding (temperature 0) with a fixed
-seed and thread count makes a step reproducible; llama-cpp-python keeps the
-KV cache of the longest common prompt prefix, so each step of a session only
+A backend plays one model step over the session's structured history (`_prompting`'s OpenAI-shaped
+messages, no system message: each backend adds its own) and returns a `ModelStep`: a tool call with parsed
+arguments, a message, or why neither (`length`, `cancelled`, `invalid`). A backend that cannot give a step at
+all (an endpoint that is down or answers garbage) raises `StepError`, which ends the prompt turn with a
+JSON-RPC error naming the cause. `LocalModel` is one `Llama` per process, loaded once; the endpoint backend
+(`_endpoint.EndpointModel`) is any OpenAI-compatible server.
+
+`LocalModel.step` renders the history as ChatML and plays a grammar-constrained step (a tool call or a
+message), streaming tokens so a cancel is honoured between tokens and a token budget ends the step as
+`length`. Greedy decoding (temperature 0) with a fixed seed and thread count makes a step reproducible;
+llama-cpp-python keeps the KV cache of the longest common prompt prefix, so each step of a session only
 evaluates what is new.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # llama_cpp is imported at run time only once the fd guard is in place
     from llama_cpp.llama_types import CreateCompletionStreamResponse
 
-from ._prompting import TOOLS, head_grammar_text
+from ._prompting import NOT_JSON, TOOLS, chatml_messages, head_grammar_text, render_chatml
 
-__all__ = ["LocalModel", "ModelStep"]
+__all__ = ["LocalModel", "Model", "ModelStep", "StepError"]
 
 
 @dataclass
 class ModelStep:
-    kind: str  # "tool", "message", "length" (token budget spent), "cancelled", "invalid" (unparsable arguments)
+    kind: str  # "tool", "message", "length" (token budget spent), "cancelled", "invalid" (unusable arguments)
     tool: str | None = None
     arguments: dict[str, Any] = field(default_factory=dict)
     raw_arguments: str = ""
@@ -37,11 +44,52 @@ class ModelStep:
     completion_tokens: int = 0
     ttft_s: float = 0.0  # request to first token (prompt evaluation)
     decode_s: float = 0.0  # first token to last token
+    call_id: str | None = None  # the server's id for the call (an endpoint's), if it gave one
+    why_invalid: str = NOT_JSON  # what the model is told of an invalid call
+
+
+class StepError(Exception):
+    """The backend could not give a step at all; the message names the cause."""
+
+    def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.data = data or {}
+
+
+class Model(Protocol):
+    """What the agent needs of a backend."""
+
+    loads: int  # model loads in this process (0 for an endpoint: the server holds the model)
+    n_ctx: int  # the context size `usage_update` reports
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """`{name, endpoint, revision}`: what the agent reports in its `initialize` answer."""
+        ...
+
+    async def step(
+        self,
+        messages: list[dict[str, Any]],
+        tools: dict[str, dict[str, Any]],
+        *,
+        max_tokens: int,
+        cancel: threading.Event,
+    ) -> ModelStep:
+        """One model step within `max_tokens`; `cancel` set ends it as `cancelled`. Raises `StepError`."""
+        ...
 
 
 class LocalModel:
     def __init__(
-        self, path: Path, *, seed: int = 42, threads: int = 2, n_ctx: int = 4096, trace: Path | None = None
+        self,
+        path: Path,
+        *,
+        seed: int = 42,
+        threads: int = 2,
+        n_ctx: int = 4096,
+        trace: Path | None = None,
+        name: str | None = None,
+        revision: str | None = None,
     ) -> None:
         from llama_cpp import Llama  # imported here: only once the fd guard is in place
         from llama_cpp.llama_grammar import LlamaGrammar
@@ -58,6 +106,7 @@ class LocalModel:
         self.seed = seed
         self.n_ctx = n_ctx
         self.loads = 1
+        self._info = {"name": name or path.name, "endpoint": None, "revision": revision}
         # With a trace file, every completion (prompt, grammar, budget, text, timings) is appended
         # as a JSON line: `loop-harness bench inference` replays them through bare llama-cpp-python.
         self._trace = trace.open("a", encoding="utf-8") if trace else None
@@ -65,13 +114,30 @@ class LocalModel:
         self._grammars: dict[str, Any] = {}  # compiled once per (head set or tool schema)
         self._tools: dict[str, dict[str, Any]] = dict(TOOLS)
 
+    @property
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)
+
     def count_tokens(self, text: str) -> int:
         return len(self.llama.tokenize(text.encode(), add_bos=False, special=True))
 
-    def step(
+    async def step(
+        self,
+        messages: list[dict[str, Any]],
+        tools: dict[str, dict[str, Any]],
+        *,
+        max_tokens: int,
+        cancel: threading.Event,
+    ) -> ModelStep:
+        """The history rendered as ChatML, then one step in a worker thread (llama.cpp blocks)."""
+        prompt = render_chatml(chatml_messages(messages, tools))
+        return await asyncio.to_thread(self.complete_step, prompt, max_tokens=max_tokens, cancel=cancel, tools=tools)
+
+    def complete_step(
         self, prompt: str, *, max_tokens: int, cancel: threading.Event, tools: dict[str, dict[str, Any]] | None = None
     ) -> ModelStep:
-        """One model step: a tool call with parsed arguments, or a message; within `max_tokens`."""
+        """One model step on a ChatML prompt: a tool call with parsed arguments, or a message; within
+        `max_tokens`."""
         with self._lock:
             self._tools = tools or TOOLS
             step = ModelStep("message", prompt_tokens=self.count_tokens(prompt))

@@ -1,2 +1,3 @@
-"""What the test tiers share: loopback servers standing in for GitHub, the Hugging Face hub and model APIs, the
-npm adapters, the adapter table, and the policy corpus (`policy_verdicts.jsonl`)."""
+"""What the test tiers share: loopback servers standing in for GitHub and the Hugging Face hub (the model APIs'
+stand-ins are `harness.fake_model`), the npm adapters, the adapter table, and the policy corpus
+(`policy_verdicts.jsonl`)."""

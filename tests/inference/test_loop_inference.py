@@ -40,7 +40,7 @@ def incoming(result, method):
     return [r["msg"] for r in records_of(result, "rpc") if r["dir"] == "in" and r["msg"].get("method") == method]
 
 
-def test_three_tasks_on_one_agent_process(inference_config, run_loop):
+def test_three_tasks_on_one_agent_process(inference_config, run_loop, loop_endpoint):
     rss = []
 
     def sample(record):
@@ -63,11 +63,12 @@ def test_three_tasks_on_one_agent_process(inference_config, run_loop):
     # the invariants below are about a queue: with seed 42 the pinned model completes all three tasks
     assert len(result.tasks) == 3, outcome
 
-    # the model is loaded once, in one process, and reports positive usage every turn
+    # the model is loaded once, in one process (none in the agent on an endpoint: the server holds it), and
+    # reports positive usage every turn
     usage = records_of(result, "usage")
     assert len(usage) >= len(result.tasks)
     assert len({u["meta"]["loopHarness"]["pid"] for u in usage}) == 1  # as the agent sees it (its pid namespace)
-    assert {u["meta"]["loopHarness"]["modelLoads"] for u in usage} == {1}
+    assert {u["meta"]["loopHarness"]["modelLoads"] for u in usage} == {0 if loop_endpoint else 1}
     assert all(u["usage"]["inputTokens"] > 0 and u["usage"]["outputTokens"] > 0 for u in usage)
     # grammar-constrained decoding: no step's tool arguments failed to parse (the agent would retry quietly)
     assert sum(u["meta"]["loopHarness"]["invalidSteps"] for u in usage) == 0
@@ -169,9 +170,15 @@ def normalised(result, workspace):
     return [clean(r) for r in read_transcript(result.transcript)]
 
 
-def test_the_same_seed_gives_the_same_transcript(inference_config, run_loop, tmp_path):
+def test_the_same_seed_gives_the_same_transcript(inference_config, run_loop, tmp_path, loop_endpoint,
+                                                 loop_endpoint_server):  # fmt: skip
+    if loop_endpoint is not None and loop_endpoint_server is None:
+        pytest.skip("a server's prompt cache makes greedy decoding depend on what it served before (llama.cpp's own "
+                    "tests skip this): only a server this session started can begin each run empty")  # fmt: skip
     runs = []
     for name in ("first", "second"):
+        if loop_endpoint_server is not None:
+            loop_endpoint_server.restart()  # each run from an empty prompt cache, as each local agent starts
         workspace = make_workspace(tmp_path / name, ignore=["out/"])
         config = inference_config(THREE_TASKS[:1], name=f"{name}.yaml", workspace=workspace)
         runs.append(normalised(run_loop(config), workspace.path))
@@ -216,15 +223,15 @@ def test_every_stdout_line_is_json_rpc(inference_config, run_loop):
 
 
 @pytest.mark.parametrize("threads", [2])
-def test_the_agent_serves_any_acp_client(harness_model, threads, tmp_path):
+def test_the_agent_serves_any_acp_client(inference_command, threads, tmp_path, loop_endpoint):
     """Spawned by hand (no kernel): initialize answers on stdout, llama.cpp writes only to stderr."""
     import subprocess
 
-    from harness.testing import inference_agent_command, inference_agent_env
+    from harness.testing import inference_agent_env
 
     request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
     done = subprocess.run(
-        inference_agent_command(threads=threads),
+        inference_command(threads=threads),
         input=json.dumps(request) + "\n",
         capture_output=True,
         text=True,
@@ -235,7 +242,10 @@ def test_the_agent_serves_any_acp_client(harness_model, threads, tmp_path):
     assert lines, done.stderr
     for line in lines:
         assert json.loads(line)["jsonrpc"] == "2.0"
-    assert json.loads(lines[0])["result"]["agentInfo"]["name"] == "loop-harness-inference"
+    answer = json.loads(lines[0])["result"]
+    assert answer["agentInfo"]["name"] == "loop-harness-inference"
+    model = answer["_meta"]["loopHarness"]["model"]  # the model it runs, named
+    assert model["name"] and model["endpoint"] == (loop_endpoint.url if loop_endpoint else None)
 
 
 TWO_FILES = {
@@ -255,7 +265,7 @@ TWO_FILES = {
     ],
 )  # fmt: skip
 def test_tight_budgets_stop_the_real_model_with_their_stop_code(
-    inference_config, run_loop, tmp_path, autonomy, ignored, code, current, limit
+    inference_config, run_loop, tmp_path, autonomy, ignored, code, current, limit, loop_endpoint
 ):
     workspace = make_workspace(tmp_path / "budgeted", ignore=ignored)
     result = run_loop(inference_config([TWO_FILES], workspace=workspace, autonomy=autonomy))
@@ -268,17 +278,27 @@ def test_tight_budgets_stop_the_real_model_with_their_stop_code(
     if code == "FILE_CHANGE_LIMIT":  # the second file was written, and the budget saw it at once
         aside = result.reason.get("set_aside")  # the overlay: a stopped task lands nothing, its files set aside
         written = Path(aside) / "files" / "out" if aside else workspace.path / "out"
-        assert sorted(p.name for p in written.iterdir()) == ["a.txt", "b.txt"]
+        names = sorted(p.name for p in written.iterdir())
+        if loop_endpoint is None:
+            assert names == ["a.txt", "b.txt"]
+        else:  # a server's chat template may show the model its own calls otherwise than the local ChatML does
+            # (llama-cpp-python's HTML-escapes the arguments, and the model copies `&#34;` into its next path)
+            assert len(names) == 2 and names[0] == "a.txt", names
 
 
-def test_the_inference_agent_passes_the_conformance_check(harness_model, tmp_path, inference_agent_threads):
+def test_the_inference_agent_passes_the_conformance_check(inference_command, tmp_path, inference_agent_threads,
+                                                          loop_endpoint):  # fmt: skip
     """`loop-harness check`'s probes against the real model. Its resources over many sessions are the
     inference soak's to bound (LoopSoak), so the sessions probe is skipped; every other invariant the
     agent can show is exercised, and none fails."""
-    command = testing.inference_agent_command(threads=inference_agent_threads)
+    command = inference_command(threads=inference_agent_threads)
+    # Through a server the probes run with the sandbox off: under it the agent would need a network rule for the
+    # server, and a rule in the cancel probe's empty list would turn its interactive path (a permission nobody
+    # answers, cancelled then) into the policy's refusal, which ends the turn before any cancel.
+    sandbox = "off" if loop_endpoint else None
     # cancel_grace: the model cannot stop mid-prefill; a mid-turn cancel took 2.7 s on 2 cores at load 7
     results = Conformance(command, env=testing.inference_agent_env(), sessions=0, turn_timeout=300,
-                          cancel_grace=20.0, workdir=tmp_path / "check").run()  # fmt: skip
+                          cancel_grace=20.0, workdir=tmp_path / "check", sandbox=sandbox).run()  # fmt: skip
     status = {r.check: r.status for r in results}
     evidence = {r.check: r.evidence for r in results}
 

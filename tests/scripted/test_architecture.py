@@ -96,6 +96,7 @@ RULES = [
     ("inference/ imports models/ alone", group("harness.inference.*"),
      group("harness.inference.*", "harness.models.*")),
     ("models/ imports nothing else of harness", group("harness.models.*"), group("harness.models.*")),
+    ("fake_model/ imports nothing else of harness", group("harness.fake_model.*"), group("harness.fake_model.*")),
     ("scripted_agents/ imports nothing of harness", {m for m in MODULES if m.startswith("scripted_agents")}, set()),
 ]  # fmt: skip
 

@@ -1,12 +1,13 @@
 """The real Claude Code ACP adapter under the OS sandbox.
 
 `@zed-industries/claude-agent-acp@0.23.1` runs under `loop-harness run` against a stand-in for the Anthropic
-Messages API on 127.0.0.1 (`fake_messages.py`), reached from inside the sandbox only through the kernel's
-filtering proxy (a network rule allows `127.0.0.1`). The fake model asks Claude Code's Bash tool to run a command
-the policy allows, a script in the worktree the policy cannot see into, which tries to write outside the
-worktree and into `.git/hooks`; then it ends the turn. With the sandbox on both writes fail; with it off both
-land, so the attack is real. Claude Code runs the command itself (no `terminal/*`): the permission request is the
-kernel's only say, and the sandbox the only bound on what the command then does.
+Messages API on 127.0.0.1 (`harness.fake_model`, through the plugin's `fake_messages` fixture), reached from
+inside the sandbox only through the kernel's filtering proxy (a network rule allows `127.0.0.1`). The fake model
+asks Claude Code's Bash tool to run a command the policy allows, a script in the worktree the policy cannot see
+into, which tries to write outside the worktree and into `.git/hooks`; then it ends the turn. With the sandbox on
+both writes fail; with it off both land, so the attack is real. Claude Code runs the command itself (no
+`terminal/*`): the permission request is the kernel's only say, and the sandbox the only bound on what the
+command then does.
 
 The adapter comes from npm into `$LOOP_HARNESS_NPM_CACHE` (default `~/.cache/loop-harness/npm`) once; without
 node/npm or the registry the module is skipped, saying why.
@@ -19,12 +20,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness import read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
+from harness.fake_model._messages import FakeMessages
+from harness.pytest_plugin import LOOP_REAL, LOOP_SCRIPTED, LOOP_SLOW
 from harness.server._modules import ADAPTERS
 from harness.testing import loop_config, make_workspace, write_yaml
 from tests.helpers.adapter_table import (
@@ -37,10 +40,9 @@ from tests.helpers.adapter_table import (
     writer_files,
     writer_rules,
 )
-from tests.helpers.fake_messages import FakeMessages, bash, text
 from tests.helpers.npm_adapters import npm_adapter
 
-pytestmark = LOOP_SCRIPTED
+pytestmark = [LOOP_SCRIPTED, LOOP_REAL]
 
 CLI = str(Path(sys.executable).parent / "loop-harness")
 PACKAGE = ADAPTERS["claude"]  # the version the server's claude module pins
@@ -84,27 +86,29 @@ def claude_home(root: Path) -> Path:
     return home
 
 
-def claude_run(tmp_path: Path, script: Path, mode: str, *, command: str = COMMAND, rules: list | None = None,
-               files: dict[str, str] | None = None,
+def claude_run(tmp_path: Path, script: Path, fake_messages: Callable[..., FakeMessages], mode: str, *,
+               command: str = COMMAND, rules: list | None = None, files: dict[str, str] | None = None,
                sandbox: dict | None = None) -> tuple[dict, list[dict], FakeMessages]:  # fmt: skip
+    """One `loop-harness run` of Claude Code against the fake Messages API playing: run `command`, then say
+    done."""
     outside = tmp_path / "outside.txt"
     ws = make_workspace(tmp_path / "ws", files={"tools/escape.py": ESCAPE.format(outside=str(outside)),
                                                 "src/keep.txt": "kept\n", **(files or {})})  # fmt: skip
-    with FakeMessages([[bash(command)], [text("all done")]]) as api:
-        home = claude_home(tmp_path)
-        box = {"mode": mode, **(sandbox or {})}
-        config = loop_config(ws, tmp_path / "unused.yaml", rules=rules or RULES, sandbox=box, commit={},
-                             transcripts=str(tmp_path / "transcripts"))  # fmt: skip
-        config["agent"] = {"command": [shutil.which("node") or "node", str(script)],
-                           "supports_permission_requests": True,
-                           "env": {"HOME": str(home), "ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "sk-fake",
-                                   "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
-                                   "DISABLE_ERROR_REPORTING": "1",
-                                   # The sandbox sets CLAUDE_CODE_TMPDIR (its Bash tool's files, default `/tmp`,
-                                   # which is read-only inside) to the private temp dir: nothing to do here.
-                                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}}  # fmt: skip
-        path = write_yaml(tmp_path / "loop.yaml", config)
-        done = subprocess.run([CLI, "run", str(path), "--json"], capture_output=True, text=True, timeout=180)
+    api = fake_messages([[{"shell": command}], [{"say": "all done"}]])
+    home = claude_home(tmp_path)
+    box = {"mode": mode, **(sandbox or {})}
+    config = loop_config(ws, tmp_path / "unused.yaml", rules=rules or RULES, sandbox=box, commit={},
+                         transcripts=str(tmp_path / "transcripts"))  # fmt: skip
+    config["agent"] = {"command": [shutil.which("node") or "node", str(script)],
+                       "supports_permission_requests": True,
+                       "env": {"HOME": str(home), "ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "sk-fake",
+                               "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
+                               "DISABLE_ERROR_REPORTING": "1",
+                               # The sandbox sets CLAUDE_CODE_TMPDIR (its Bash tool's files, default `/tmp`,
+                               # which is read-only inside) to the private temp dir: nothing to do here.
+                               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}}  # fmt: skip
+    path = write_yaml(tmp_path / "loop.yaml", config)
+    done = subprocess.run([CLI, "run", str(path), "--json"], capture_output=True, text=True, timeout=180)
     assert done.stdout.strip(), done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     return report, read_transcript(Path(report["transcript"])), api
@@ -126,8 +130,8 @@ def rpcs(records: list[dict], method: str) -> list[dict]:
 
 @LOOP_SLOW
 @pytest.mark.parametrize("mode", ["workspace-write", "off"])
-def test_claude_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path, claude_acp, mode):
-    report, records, api = claude_run(tmp_path, claude_acp, mode)
+def test_claude_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path, claude_acp, fake_messages, mode):
+    report, records, api = claude_run(tmp_path, claude_acp, fake_messages, mode)
     outside, hook = tmp_path / "outside.txt", tmp_path / "ws/workspace/.git/hooks/pre-commit"
     on = mode != "off"
     why = diagnose(report, records, api)
@@ -174,10 +178,11 @@ def test_claude_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path
 
 @LOOP_SLOW
 @pytest.mark.parametrize("worktree", ["overlay", "bind"])
-def test_a_rule_for_one_new_file_lets_claude_write_it(tmp_path, claude_acp, worktree):
+def test_a_rule_for_one_new_file_lets_claude_write_it(tmp_path, claude_acp, fake_messages, worktree):
     """Issue 30's table, fourth row, with the real adapter (see adapter_table.py)."""
-    report, records, api = claude_run(tmp_path, claude_acp, "workspace-write", command=HELLO,
-                                     rules=hello_rules(RULES[0], RULES[3]), sandbox={"worktree": worktree})  # fmt: skip
+    report, records, api = claude_run(tmp_path, claude_acp, fake_messages, "workspace-write", command=HELLO,
+                                      rules=hello_rules(RULES[0], RULES[3]),
+                                      sandbox={"worktree": worktree})  # fmt: skip
     why = diagnose(report, records, api)
     assert len(api.turns()) == 2, why
     assert_hello(report, records, api.outputs()[0], tmp_path, worktree, why)
@@ -185,10 +190,10 @@ def test_a_rule_for_one_new_file_lets_claude_write_it(tmp_path, claude_acp, work
 
 @LOOP_SLOW
 @pytest.mark.parametrize("row", TABLE.values(), ids=TABLE.keys())
-def test_a_silent_write_the_rules_refuse_is_never_committed_by_claude(tmp_path, claude_acp, row):
+def test_a_silent_write_the_rules_refuse_is_never_committed_by_claude(tmp_path, claude_acp, fake_messages, row):
     """Issue 30's table, rows 1-3, with the real adapter (see adapter_table.py)."""
     extra, refused = row
-    report, records, api = claude_run(tmp_path, claude_acp, "workspace-write", command=WRITER,
-                                     rules=writer_rules(RULES[0], extra, RULES[3]),
-                                     files=writer_files(refused))  # fmt: skip
+    report, records, api = claude_run(tmp_path, claude_acp, fake_messages, "workspace-write", command=WRITER,
+                                      rules=writer_rules(RULES[0], extra, RULES[3]),
+                                      files=writer_files(refused))  # fmt: skip
     assert_refused(report, records, refused, tmp_path, diagnose(report, records, api))

@@ -1,10 +1,11 @@
 """The real Codex ACP adapter under the OS sandbox (issue 10, item 5).
 
 `@zed-industries/codex-acp@0.16.0` runs under `loop-harness run` against a stand-in for the OpenAI Responses API
-on 127.0.0.1 (`fake_responses.py`), reached from inside the sandbox only through the kernel's filtering proxy
-(a network rule allows `127.0.0.1`). The fake model asks Codex to run a command the policy allows, a script in
-the worktree the policy cannot see into, which tries to write outside the worktree and into `.git/hooks`; then
-it ends the turn. With the sandbox on both writes fail; with it off both land, so the attack is real.
+on 127.0.0.1 (`harness.fake_model`, through the plugin's `fake_responses` fixture), reached from inside the
+sandbox only through the kernel's filtering proxy (a network rule allows `127.0.0.1`). The fake model asks Codex
+to run a command the policy allows, a script in the worktree the policy cannot see into, which tries to write
+outside the worktree and into `.git/hooks`; then it ends the turn. With the sandbox on both writes fail; with it
+off both land, so the attack is real.
 
 The adapter comes from npm into `$LOOP_HARNESS_NPM_CACHE` (default `~/.cache/loop-harness/npm`) once; without
 node/npm or the registry the module is skipped, saying why.
@@ -15,12 +16,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness import read_transcript
-from harness.pytest_plugin import LOOP_SCRIPTED, LOOP_SLOW
+from harness.fake_model._responses import FakeResponses
+from harness.pytest_plugin import LOOP_REAL, LOOP_SCRIPTED, LOOP_SLOW
 from harness.server._modules import ADAPTERS
 from harness.testing import loop_config, make_workspace, write_yaml
 from tests.helpers.adapter_table import (
@@ -33,10 +36,9 @@ from tests.helpers.adapter_table import (
     writer_files,
     writer_rules,
 )
-from tests.helpers.fake_responses import FakeResponses, message, shell_call
 from tests.helpers.npm_adapters import npm_adapter
 
-pytestmark = LOOP_SCRIPTED
+pytestmark = [LOOP_SCRIPTED, LOOP_REAL]
 
 CLI = str(Path(sys.executable).parent / "loop-harness")
 PACKAGE = ADAPTERS["codex"]  # the version the server's codex module pins
@@ -90,22 +92,23 @@ env_key = "FAKE_MODEL_KEY"
     return home
 
 
-def codex_run(tmp_path: Path, binary: Path, mode: str, *, command: str = COMMAND, rules: list | None = None,
-              files: dict[str, str] | None = None,
+def codex_run(tmp_path: Path, binary: Path, fake_responses: Callable[..., FakeResponses], mode: str, *,
+              command: str = COMMAND, rules: list | None = None, files: dict[str, str] | None = None,
               sandbox: dict | None = None) -> tuple[dict, list[dict], FakeResponses]:  # fmt: skip
+    """One `loop-harness run` of Codex against the fake Responses API playing: run `command`, then say done."""
     outside = tmp_path / "outside.txt"
     ws = make_workspace(tmp_path / "ws", files={"tools/escape.py": ESCAPE.format(outside=str(outside)),
                                                 "src/keep.txt": "kept\n", **(files or {})})  # fmt: skip
-    with FakeResponses([[shell_call(command)], [message("all done")]]) as api:
-        home = codex_home(tmp_path, api.url)
-        box = {"mode": mode, **(sandbox or {})}
-        config = loop_config(ws, tmp_path / "unused.yaml", rules=rules or RULES, sandbox=box, commit={},
-                             transcripts=str(tmp_path / "transcripts"))  # fmt: skip
-        config["agent"] = {"command": [str(binary)], "supports_permission_requests": True,
-                           "env": {"HOME": str(home), "CODEX_HOME": str(home / ".codex"),
-                                   "FAKE_MODEL_KEY": "sk-fake", "RUST_LOG": "warn"}}  # fmt: skip
-        path = write_yaml(tmp_path / "loop.yaml", config)
-        done = subprocess.run([CLI, "run", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    api = fake_responses([[{"shell": command}], [{"say": "all done"}]])
+    home = codex_home(tmp_path, api.url)
+    box = {"mode": mode, **(sandbox or {})}
+    config = loop_config(ws, tmp_path / "unused.yaml", rules=rules or RULES, sandbox=box, commit={},
+                         transcripts=str(tmp_path / "transcripts"))  # fmt: skip
+    config["agent"] = {"command": [str(binary)], "supports_permission_requests": True,
+                       "env": {"HOME": str(home), "CODEX_HOME": str(home / ".codex"),
+                               "FAKE_MODEL_KEY": "sk-fake", "RUST_LOG": "warn"}}  # fmt: skip
+    path = write_yaml(tmp_path / "loop.yaml", config)
+    done = subprocess.run([CLI, "run", str(path), "--json"], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip(), done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     return report, read_transcript(Path(report["transcript"])), api
@@ -126,8 +129,8 @@ def rpcs(records: list[dict], method: str) -> list[dict]:
 
 @LOOP_SLOW
 @pytest.mark.parametrize("mode", ["workspace-write", "off"])
-def test_codex_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path, codex_acp, mode):
-    report, records, api = codex_run(tmp_path, codex_acp, mode)
+def test_codex_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path, codex_acp, fake_responses, mode):
+    report, records, api = codex_run(tmp_path, codex_acp, fake_responses, mode)
     outside, hook = tmp_path / "outside.txt", tmp_path / "ws/workspace/.git/hooks/pre-commit"
     on = mode != "off"
     why = diagnose(report, records, api)
@@ -174,20 +177,21 @@ def test_codex_runs_an_allowed_command_that_cannot_leave_the_workspace(tmp_path,
 
 @LOOP_SLOW
 @pytest.mark.parametrize("worktree", ["overlay", "bind"])
-def test_a_rule_for_one_new_file_lets_codex_write_it(tmp_path, codex_acp, worktree):
+def test_a_rule_for_one_new_file_lets_codex_write_it(tmp_path, codex_acp, fake_responses, worktree):
     """Issue 30's table, fourth row, with the real adapter (see adapter_table.py)."""
-    report, records, api = codex_run(tmp_path, codex_acp, "workspace-write", command=HELLO,
-                                     rules=hello_rules(RULES[0], RULES[3]), sandbox={"worktree": worktree})  # fmt: skip
+    report, records, api = codex_run(tmp_path, codex_acp, fake_responses, "workspace-write", command=HELLO,
+                                     rules=hello_rules(RULES[0], RULES[3]),
+                                     sandbox={"worktree": worktree})  # fmt: skip
     why = diagnose(report, records, api)
     assert_hello(report, records, "".join(api.outputs()), tmp_path, worktree, why)
 
 
 @LOOP_SLOW
 @pytest.mark.parametrize("row", TABLE.values(), ids=TABLE.keys())
-def test_a_silent_write_the_rules_refuse_is_never_committed_by_codex(tmp_path, codex_acp, row):
+def test_a_silent_write_the_rules_refuse_is_never_committed_by_codex(tmp_path, codex_acp, fake_responses, row):
     """Issue 30's table, rows 1-3, with the real adapter (see adapter_table.py)."""
     extra, refused = row
-    report, records, api = codex_run(tmp_path, codex_acp, "workspace-write", command=WRITER,
+    report, records, api = codex_run(tmp_path, codex_acp, fake_responses, "workspace-write", command=WRITER,
                                      rules=writer_rules(RULES[0], extra, RULES[3]),
                                      files=writer_files(refused))  # fmt: skip
     assert_refused(report, records, refused, tmp_path, diagnose(report, records, api))
