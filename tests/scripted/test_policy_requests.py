@@ -298,9 +298,11 @@ def test_this_machine_is_reached_only_by_a_rule_naming_it(worktree, host, named)
     """A pattern (`*`) lets the proxy reach hosts elsewhere, never this machine or its link: only a rule that
     names the address itself does."""
     verdict = expect(policy_of(worktree, EVERY_HOST).judge_host(host), "unmatched")
-    assert "is this machine" in verdict.reason["why"], verdict.reason
+    why = f"{named} is this machine: only a rule naming {named} itself allows it, not a pattern"
+    assert verdict.reason == {"kind": "unmatched", "rule_kind": "network", "target": named, "why": why}
     naming = [{"id": "me", "kind": "network", "hosts": [named], "decision": "allow"}]
-    assert expect(policy_of(worktree, naming).judge_host(host), "allowed").rule_ids == ("me",)
+    allowed = expect(policy_of(worktree, naming).judge_host(host), "allowed")
+    assert allowed.rule_ids == ("me",) and allowed.reason == {"kind": "allowed"}
 
 
 def test_this_machines_own_interface_addresses_are_this_machine(worktree):
