@@ -226,7 +226,7 @@ class LlamaCppServer:
 
     Its chat format cannot stream a tool call the model chose itself (llama-cpp-python 0.3.36 raises "Automatic
     streaming tool choice is not supported" once the reply has begun, and the stream breaks off), so the
-    endpoint it returns has the agent ask with `--no-stream`."""
+    endpoint it returns has the agent ask with `--no-stream` (and wait up to 300 s for a whole answer)."""
 
     def __init__(
         self,
@@ -277,7 +277,8 @@ class LlamaCppServer:
                 raise RuntimeError(f"llama-cpp-python's server did not serve {url}/models within "
                                    f"{self.startup_timeout:g} s; its log ({self.log}):\n{self.log_tail()}")  # fmt: skip
             time.sleep(0.1)
-        self.endpoint = Endpoint(url, self.alias, ("--no-stream",), self.log)
+        # a whole answer comes after all its tokens: on a busy CPU that outlasts the agent's default 120 s
+        self.endpoint = Endpoint(url, self.alias, ("--no-stream", "--read-timeout", "300"), self.log)
         return self.endpoint
 
     def restart(self) -> Endpoint:
