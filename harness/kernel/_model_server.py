@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from ..config._config import Config, EndpointConfig
 from ..config._exceptions import ConfigError
 from ..models import EndpointEntry
+from ..policy._network import host_of
 from ..policy._policy import Policy
 
 __all__ = ["check_endpoint_allowed", "describe_endpoint", "pin_mismatch"]
@@ -25,6 +25,7 @@ __all__ = ["check_endpoint_allowed", "describe_endpoint", "pin_mismatch"]
 #: Enough for a server on this machine or the next rack; a run does not wait on a dead one for long.
 PROBE_TIMEOUT_S = 3.0
 _KEPT_FIELDS = 12  # of the server's entry for the model: enough to read, never a page of metadata
+_KEPT_TEXT = 200  # characters of any one value the server sent: run_start must stay small enough to keep whole
 
 
 def check_endpoint_allowed(config: Config, policy: Policy) -> None:
@@ -33,7 +34,10 @@ def check_endpoint_allowed(config: Config, policy: Policy) -> None:
     endpoint = config.agent.endpoint
     if endpoint is None or config.sandbox.mode == "off" or policy.interactive:
         return
-    host = urlsplit(endpoint.url).hostname or ""
+    try:  # read as the agent's client would read it, or refused where readers disagree: the proxy's own reading
+        host = host_of(endpoint.url) or ""
+    except ValueError as exc:
+        raise ConfigError("agent.endpoint.url", str(exc)) from None
     verdict = policy.judge_host(host)
     if not verdict.allowed:
         why = verdict.reason.get("why") or verdict.reason.get("kind", "refused")
@@ -62,15 +66,25 @@ def describe_endpoint(endpoint: EndpointConfig, *, timeout: float = PROBE_TIMEOU
     entry = next((e for e in listed if isinstance(e, dict) and e.get("id") == endpoint.model), None)
     described["listed"] = entry is not None
     if entry is None:
-        described["served"] = sorted(str(e.get("id")) for e in listed if isinstance(e, dict))[:20]
+        described["served"] = sorted(_text(e.get("id")) for e in listed if isinstance(e, dict))[:20]
         return described
     revision = entry.get("revision") or entry.get("digest")
     if not revision and endpoint.url.endswith("/v1"):  # Ollama's OpenAI API leaves the digest to its own
         with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError, TypeError):
             revision = _ollama_digest(endpoint, timeout)
-    described["revision"] = str(revision) if revision else None
-    described["entry"] = {k: entry[k] for k in list(entry)[:_KEPT_FIELDS]}
+    described["revision"] = _text(revision) if revision else None
+    described["entry"] = {_text(k): _kept(v) for k, v in list(entry.items())[:_KEPT_FIELDS]}
     return described
+
+
+def _text(value: Any) -> str:
+    return str(value)[:_KEPT_TEXT]
+
+
+def _kept(value: Any) -> Any:
+    """A value of the server's entry as run_start keeps it: a number or flag as it is, anything else as
+    bounded text (a server can answer with any size; a run_start too large to keep whole loses its fields)."""
+    return value if isinstance(value, bool | int | float) or value is None else _text(value)
 
 
 def _ollama_digest(endpoint: EndpointConfig, timeout: float) -> str | None:

@@ -82,6 +82,32 @@ def test_run_start_records_the_model_and_the_revision_the_server_reports(prompt_
     assert endpoint["entry"]["owned_by"] == "me"
 
 
+def test_whatever_size_the_server_answers_with_run_start_stays_whole(prompt_config):
+    """A server may answer with any size: what run_start keeps of it is bounded, so the record is never
+    truncated (a truncated run_start loses the fields recovery checks a marker against)."""
+    huge = "x" * 1_000_000
+    server = models_server([{"id": "qwen-coder", "revision": huge, "meta": {"blob": huge}, "n_ctx": 4096}])
+    try:
+        first = run_start(prompt_config(f"{server.url}/v1"))
+    finally:
+        server.close()
+    assert "truncated" not in first and first["agent"] and first["limits"]
+    endpoint = first["endpoint"]
+    assert endpoint["revision"] == "x" * 200
+    assert endpoint["entry"]["n_ctx"] == 4096 and len(endpoint["entry"]["meta"]) == 200
+
+
+@pytest.mark.parametrize("url", ["http://evil.example\\@127.0.0.1/v1", "http://127.0.0.1\\x/v1"])
+def test_an_endpoint_url_readers_disagree_on_is_refused(prompt_config, url):
+    """Python reads the host of these as 127.0.0.1 or 127.0.0.1\\x; a WHATWG reader (Node: most agents)
+    reaches evil.example: the check reads the URL as the proxy does, and refuses what it cannot read one way."""
+    config = prompt_config(url)
+    done = subprocess.run([CLI, "run", str(config), "--prompt", "hi"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "agent.endpoint.url" in done.stderr, done.stderr
+    assert "backslash" in done.stderr or "credentials" in done.stderr, done.stderr  # the config or the check
+
+
 def test_a_model_the_server_does_not_serve_is_recorded_with_what_it_serves(prompt_config):
     server = models_server([{"id": "llama-3"}, {"id": "mistral"}])
     try:
