@@ -185,6 +185,43 @@ def test_any_tool_call_gets_a_verdict_never_an_exception(careful, tool_call):
     assert not careful.judge_tool_call(tool_call).allowed
 
 
+@pytest.mark.parametrize(
+    ("tool_call", "reason"),
+    [
+        ({"kind": "other"}, {"kind": "unmatched", "why": "no rule kind governs this tool kind", "tool_kind": "other"}),
+        ({"kind": "switch_mode"},
+         {"kind": "unmatched", "why": "no rule kind governs this tool kind", "tool_kind": "switch_mode"}),
+        ({"kind": "read"}, {"kind": "no_target", "why": "the request names no path", "tool_kind": "read"}),
+        ({"kind": "edit", "rawInput": {"pattern": "x"}},
+         {"kind": "no_target", "why": "the request names no path", "tool_kind": "edit"}),
+        ({"kind": "execute", "rawInput": {"cmd": ""}},
+         {"kind": "no_target", "why": "the request names no command", "tool_kind": "execute"}),
+        ({"kind": "fetch", "rawInput": {"query": "x"}},
+         {"kind": "no_target", "why": "the request names no host", "tool_kind": "fetch"}),
+    ],
+    ids=_node_id,
+)  # fmt: skip
+def test_a_tool_call_that_names_nothing_a_rule_judges_is_refused_saying_so(careful, tool_call, reason):
+    """The transcript's refusal says what was missing, and of which tool kind."""
+    assert careful.judge_tool_call(tool_call).reason == reason
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "target"),
+    [
+        ({"kind": "read", "locations": [{"path": "src/a.txt"}]}, ("read", "src/a.txt")),
+        ({"kind": "execute", "rawInput": {"command": "ls"}}, ("execute", "ls")),
+        ({"kind": "fetch", "rawInput": {"url": "https://api.github.com/x"}}, ("network", "api.github.com")),
+    ],
+    ids=_node_id,
+)
+def test_with_no_rules_a_tool_call_needs_a_persons_allow(worktree, tool_call, target):
+    """No rules: the interactive path, where a tool call is what a person is asked about; judged alone it is
+    not yet approved (and never an exception)."""
+    verdict = expect(policy_of(worktree, []).judge_tool_call(tool_call), "not_approved")
+    assert verdict.reason == {"kind": "not_approved", "rule_kind": target[0], "target": target[1]}
+
+
 def test_text_content_beside_a_path_is_no_obstacle(careful):
     call = {"kind": "edit", "content": [{"type": "text", "text": "x"}], "locations": [{"path": "src/a.txt"}]}
     expect(careful.judge_tool_call(call), "allowed")
@@ -292,6 +329,11 @@ def _this_machines_own_addresses() -> list[str]:
         ("::", "::"),
         ("fe80::1", "fe80::1"),
         ("::ffff:127.0.0.1", "127.0.0.1"),
+        ("::127.0.0.1", "127.0.0.1"),  # IPv4-compatible, the old form
+        ("::2", "0.0.0.2"),  # the same form, read as 0/8
+        ("[::1]", "::1"),  # as a URL writes it
+        ("127.0.0.1.", "127.0.0.1"),  # with the root's dot
+        ("0X7F.1", "127.0.0.1"),  # inet_aton's hex, in capitals
     ],
 )
 def test_this_machine_is_reached_only_by_a_rule_naming_it(worktree, host, named):
@@ -315,7 +357,10 @@ def test_this_machines_own_interface_addresses_are_this_machine(worktree):
         assert "is this machine" in verdict.reason["why"], (address, verdict.reason)
 
 
-@pytest.mark.parametrize("host", ["8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "api.github.com"])
+@pytest.mark.parametrize(
+    "host",
+    ["8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "api.github.com", "::1:7f00:1"],  # past the IPv4 forms
+)
 def test_a_pattern_lets_the_proxy_reach_a_host_elsewhere(worktree, host):
     assert expect(policy_of(worktree, EVERY_HOST).judge_host(host), "allowed").rule_ids == ("any-host",)
 
@@ -584,6 +629,21 @@ def test_a_terminal_sets_only_harmless_variables(careful, env, outcome):
     verdict = expect(careful.terminal("s1", "ls", ["src"], env, None, Turn("s1", frozenset({"s1"}))), outcome)
     if outcome == "unsafe_env":
         assert verdict.reason["names"] == sorted(env)
+
+
+@pytest.mark.parametrize(
+    ("script", "names", "step"),
+    [
+        ("LD_PRELOAD=x.so ls src", ["LD_PRELOAD"], "LD_PRELOAD=x.so ls src"),
+        ("ls && PATH=docs HOME=/ ls src", ["HOME", "PATH"], "PATH=docs HOME=/ ls src"),
+        ("LANG=C GIT_DIR=x git status", ["GIT_DIR"], "LANG=C GIT_DIR=x git status"),
+    ],
+)
+def test_a_script_that_sets_a_variable_that_changes_what_runs_is_refused_naming_it(careful, script, names, step):
+    """The refusal names the variables (not the harmless ones beside them) and the command that set them."""
+    verdict = expect(careful.judge_execute(script), "unsafe_env")
+    why = "a variable that can change what a program runs, loads or opens"
+    assert verdict.reason == {"kind": "unsafe_env", "names": names, "command": step, "why": why}
 
 
 @pytest.mark.parametrize(

@@ -573,6 +573,28 @@ def test_a_cd_bash_reads_as_leaving_the_worktree_names_its_path(careful, script,
     assert verdict.reason == {"kind": "outside_worktree", "path": path, "why": "cd leaves the worktree"}
 
 
+def test_a_script_that_moves_between_too_many_directories_is_refused_naming_it(tmp_path):
+    """Past 16 places a `cd` may have led to (the first place counts), the script is too tangled to judge: refused, the refusal quoting
+    the request as the agent sent it (a script, a command with args, or an argv)."""
+    (tmp_path / ".git").mkdir()
+    root = tmp_path.resolve()
+    for n in range(17):
+        (tmp_path / f"d{n}").mkdir()
+    policy = policy_of(
+        tmp_path, [*CAREFUL, {"id": "sh", "kind": "execute", "commands": ["sh -c *"], "decision": "allow"}]
+    )
+    script = " || ".join(f"cd {root}/d{n}" for n in range(17))
+    why = "too many directory changes"
+    for request, quoted in [
+        ((script,), script),
+        (("sh", ["-c", script]), f"sh -c {script}"),
+        ((["sh", "-c", script],), f"sh -c {script}"),
+    ]:
+        verdict = expect(policy.judge_execute(*request), "unparseable")
+        assert verdict.reason == {"kind": "unparseable", "command": quoted, "why": why}, request
+    expect(policy.judge_execute(" || ".join(f"cd {root}/d{n}" for n in range(15))), "allowed")  # 16 with the root
+
+
 # --- what a careful user runs still works ---------------------------------------------------------
 
 
