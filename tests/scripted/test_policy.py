@@ -16,7 +16,7 @@ import pytest
 from harness import Policy
 from harness.config._config import RuleConfig
 from harness.pytest_plugin import LOOP_SCRIPTED
-from tests.helpers.policy_corpus import EVERYTHING, READ_ALL
+from tests.helpers.policy_corpus import EVERYTHING, READ_ALL, policy_of
 
 pytestmark = LOOP_SCRIPTED
 
@@ -129,8 +129,23 @@ def test_execute_requests_are_judged_by_what_they_run(worktree, command, allowed
 
 def test_command_cwd_outside_the_worktree_is_refused(worktree, tmp_path):
     policy = Policy(rules(GIT), worktree)
-    assert policy.judge_execute("git status", cwd=str(tmp_path)).reason["kind"] == "outside_worktree"
+    why = "the command's cwd is outside the worktree"
+    assert policy.judge_execute("git status", cwd=str(tmp_path)).reason == {
+        "kind": "outside_worktree", "path": str(tmp_path), "why": why}  # fmt: skip
     assert policy.judge_execute("git status", cwd=str(worktree / "src")).allowed
+
+
+def test_a_command_never_runs_in_a_directory_it_may_not_read(worktree):
+    """Its cwd is where it could `ls`: a read deny there refuses it, named as the rule that did, whatever the
+    command (and a write deny of the same place is not what refuses it)."""
+    deny_read = {"id": "no-secret-read", "kind": "read", "paths": ["src/secret/**"], "decision": "deny"}
+    deny_write = {"id": "no-secret", "kind": "write", "paths": ["src/secret/**"], "decision": "deny"}
+    echo = {"id": "echo", "kind": "execute", "commands": ["echo *"], "decision": "allow"}
+    policy = policy_of(worktree, [echo, deny_write, deny_read])
+    verdict = policy.judge_execute("echo hi", cwd="src/secret")
+    assert (verdict.allowed, verdict.rule_ids) == (False, ("no-secret-read",))
+    assert verdict.reason == {"kind": "denied", "rule_id": "no-secret-read", "target": "src/secret"}
+    assert policy_of(worktree, [echo, deny_write]).judge_execute("echo hi", cwd="src/secret").allowed
 
 
 @pytest.mark.parametrize(
