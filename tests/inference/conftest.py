@@ -59,8 +59,17 @@ def inference_workspace_fixture(tmp_path):
     return testing.make_workspace(tmp_path / "ws", ignore=["out/"])
 
 
+@pytest.fixture(name="inference_endpoint")
+def inference_endpoint_fixture(loop_endpoint):
+    """`agent.endpoint` for `--loop-endpoint` with a model name, so that `run_start` records the model the
+    server served (None on the local model, or on a server whose model the agent picks itself)."""
+    if loop_endpoint is None or not loop_endpoint.model:
+        return None
+    return {"url": loop_endpoint.url, "model": loop_endpoint.model}
+
+
 @pytest.fixture(name="inference_config")
-def inference_config_fixture(tmp_path, inference_command, inference_network, inference_workspace):
+def inference_config_fixture(tmp_path, inference_command, inference_network, inference_workspace, inference_endpoint):
     """Write a run config binding the kernel to the inference agent."""
 
     def write(tasks, *, rules=WRITE_OUT, seed=42, name="loop.yaml", workspace=None, agent_args=(), **options):
@@ -71,6 +80,7 @@ def inference_config_fixture(tmp_path, inference_command, inference_network, inf
                 "command": [*inference_command(seed=seed), *agent_args],
                 "supports_permission_requests": True,
                 "env": testing.inference_agent_env(),
+                **({"endpoint": inference_endpoint} if inference_endpoint else {}),
             },
             "policy": {"rules": [*rules, *inference_network]},
             "queue": {"tasks": tasks},

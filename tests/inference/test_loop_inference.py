@@ -40,7 +40,7 @@ def incoming(result, method):
     return [r["msg"] for r in records_of(result, "rpc") if r["dir"] == "in" and r["msg"].get("method") == method]
 
 
-def test_three_tasks_on_one_agent_process(inference_config, run_loop, loop_endpoint):
+def test_three_tasks_on_one_agent_process(inference_config, run_loop, loop_endpoint, inference_endpoint):
     rss = []
 
     def sample(record):
@@ -73,6 +73,13 @@ def test_three_tasks_on_one_agent_process(inference_config, run_loop, loop_endpo
     # grammar-constrained decoding: no step's tool arguments failed to parse (the agent would retry quietly)
     assert sum(u["meta"]["loopHarness"]["invalidSteps"] for u in usage) == 0
     assert all(t.tokens and t.tokens["totalTokens"] > 0 for t in result.tasks)
+    # on a server, the run records the model it served (the local model's run has no endpoint to record)
+    (start,) = records_of(result, "run_start")
+    if inference_endpoint is None:
+        assert start.get("endpoint") is None
+    else:
+        assert start["endpoint"]["model"] == inference_endpoint["model"]
+        assert start["endpoint"]["listed"] is True, start["endpoint"]
 
     # the agent's memory is bounded across tasks
     growth = rss[-1] - rss[1]

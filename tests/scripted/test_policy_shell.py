@@ -595,6 +595,20 @@ def test_a_script_that_moves_between_too_many_directories_is_refused_naming_it(t
     expect(policy.judge_execute(" || ".join(f"cd {root}/d{n}" for n in range(15))), "allowed")  # 16 with the root
 
 
+@pytest.mark.parametrize(
+    ("request_", "quoted", "why"),
+    [
+        (("ls $(x)",), "ls $(x)", "parameter expansion ($) cannot be judged before the shell expands it"),
+        (("ls", ["a\0"]), "ls a\0", "a NUL character cannot be passed to a program"),
+        ((["ls", "a\0"],), "ls a\0", "a NUL character cannot be passed to a program"),
+    ],
+    ids=["script", "command-and-args", "argv"],
+)
+def test_a_request_the_parser_cannot_read_is_refused_quoting_it_whole(careful, request_, quoted, why):
+    verdict = expect(careful.judge_execute(*request_), "unparseable")
+    assert verdict.reason == {"kind": "unparseable", "command": quoted, "why": why}
+
+
 # --- what a careful user runs still works ---------------------------------------------------------
 
 
