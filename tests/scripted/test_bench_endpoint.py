@@ -61,8 +61,9 @@ def test_the_agent_traces_each_request_whole(chat_server, tmp_path, stream):
 
     async def steps():
         first = await model.step(messages, TOOLS, max_tokens=64, cancel=threading.Event())
-        call = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": first.raw_arguments}}]}  # fmt: skip
+        function = {"name": "write_file", "arguments": first.raw_arguments}
+        call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                                                                      "function": function}]}  # fmt: skip
         done = await model.step([*messages, call, {"role": "tool", "tool_call_id": "c1", "content": "ok"}], TOOLS,
                                 max_tokens=64, cancel=threading.Event())  # fmt: skip
         await model._client.aclose()
@@ -85,7 +86,8 @@ def test_the_agent_traces_each_request_whole(chat_server, tmp_path, stream):
 @pytest.mark.parametrize("stream", [True, False], ids=["streaming", "whole-answers"])
 def test_the_bench_runs_end_to_end_on_a_server(chat_server, stream):
     command = [sys.executable, "-m", "harness", "bench", "endpoint", "--endpoint", chat_server.url, "--model", MODEL,
-               "--tasks", "2", "--rounds", "1", "--loops", "2", "--json", *([] if stream else ["--no-stream"])]  # fmt: skip
+               "--tasks", "2", "--rounds", "1", "--loops", "2", "--json",
+               *([] if stream else ["--no-stream"])]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(done.stdout.strip().splitlines()[-1])
