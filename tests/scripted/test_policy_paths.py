@@ -164,6 +164,17 @@ def test_a_read_deny_holds_whatever_the_path_says(careful, path, outcome):
     expect(careful.judge_read(path), outcome)
 
 
+def test_the_refusal_of_proc_and_of_a_hard_link_names_the_place(careful, tmp_path):
+    """/proc is the kernel's own environment and memory: the refusal names the path and where it led."""
+    verdict = expect(careful.judge_read("/proc/self/environ"), "proc")
+    assert verdict.reason == {"kind": "proc", "path": "/proc/self/environ", "resolved": f"/proc/{os.getpid()}/environ"}
+    root = make_tree(tmp_path / "wt", files=["src/a.txt"])
+    os.link(root / "src" / "a.txt", root / "src" / "b.txt")
+    verdict = expect(policy_of(root, [READ_ALL]).judge_read("src/b.txt"), "hard_link")
+    why = "a file with another name may be outside the worktree, protected or denied"
+    assert verdict.reason == {"kind": "hard_link", "path": "src/b.txt", "why": why}
+
+
 def test_a_sibling_directory_named_like_the_worktree_is_outside(careful, worktree):
     sibling = f"{worktree}2/x"
     expect(careful.judge_read(sibling), "outside_worktree")

@@ -607,6 +607,16 @@ def test_an_interactive_terminal_runs_only_the_approved_command(worktree):
     expect(policy.terminal("s1", "ls src > ../x", None, {}, None, turn), "outside_worktree")
 
 
+def test_an_approved_script_is_recorded_as_the_persons_allow(worktree):
+    """On the interactive path what allowed a command is the person's approval: the one rule id the transcript
+    records, for the command and the paths and redirections it names alike."""
+    policy = Policy([], worktree)
+    approved = policy.approvals({"kind": "execute", "rawInput": {"command": "ls src > src/o"}})
+    turn = Turn("s1", frozenset({"s1"}), approvals=approved)
+    verdict = expect(policy.terminal("s1", "ls src > src/o", None, {}, None, turn), "allowed")
+    assert verdict.rule_ids == ("interactive",) and verdict.reason == {"kind": "allowed"}
+
+
 # --- terminals: env, the argv run, output ---------------------------------------------------------
 
 

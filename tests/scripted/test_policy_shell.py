@@ -574,8 +574,8 @@ def test_a_cd_bash_reads_as_leaving_the_worktree_names_its_path(careful, script,
 
 
 def test_a_script_that_moves_between_too_many_directories_is_refused_naming_it(tmp_path):
-    """Past 16 places a `cd` may have led to (the first place counts), the script is too tangled to judge: refused, the refusal quoting
-    the request as the agent sent it (a script, a command with args, or an argv)."""
+    """Past 16 places a `cd` may have led to (the first place counts), the script is too tangled to judge:
+    refused, the refusal quoting the request as the agent sent it (a script, a command with args, or an argv)."""
     (tmp_path / ".git").mkdir()
     root = tmp_path.resolve()
     for n in range(17):
@@ -601,8 +601,10 @@ def test_a_script_that_moves_between_too_many_directories_is_refused_naming_it(t
         (("ls $(x)",), "ls $(x)", "parameter expansion ($) cannot be judged before the shell expands it"),
         (("ls", ["a\0"]), "ls a\0", "a NUL character cannot be passed to a program"),
         ((["ls", "a\0"],), "ls a\0", "a NUL character cannot be passed to a program"),
+        ((["", "x"],), " x", "not a command: ['', 'x']"),
+        (("ls", "src"), "ls s r c", "args is not a list: 'src'"),  # as the agent's letters would be spread
     ],
-    ids=["script", "command-and-args", "argv"],
+    ids=["script", "command-and-args", "argv", "no-program", "args-a-string"],
 )
 def test_a_request_the_parser_cannot_read_is_refused_quoting_it_whole(careful, request_, quoted, why):
     verdict = expect(careful.judge_execute(*request_), "unparseable")
