@@ -164,6 +164,16 @@ def test_a_read_deny_holds_whatever_the_path_says(careful, path, outcome):
     expect(careful.judge_read(path), outcome)
 
 
+def test_a_read_or_write_names_the_place_it_judged(tmp_path):
+    """The kernel reaches the file the verdict names (`paths`), never the request's spelling a second time: a
+    link or `..` is the place it resolved to, for a read and a write alike."""
+    root = make_tree(tmp_path / "wt", dirs=["docs"], files=["src/a.txt"], links={"src/link": "a.txt"})
+    policy = policy_of(root, [READ_ALL, WRITE_ALL])
+    for spelling in ("src/link", "docs/../src/a.txt", str(root / "src" / "a.txt")):
+        assert expect(policy.judge_read(spelling), "allowed").paths == ("src/a.txt",), spelling
+        assert expect(policy.judge_write(spelling), "allowed").paths == ("src/a.txt",), spelling
+
+
 def test_the_refusal_of_proc_and_of_a_hard_link_names_the_place(careful, tmp_path):
     """/proc is the kernel's own environment and memory: the refusal names the path and where it led."""
     verdict = expect(careful.judge_read("/proc/self/environ"), "proc")
