@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TYPED := harness scripted_agents soak
 
-.PHONY: test run run-scripted bench soak lint typecheck mutation demo-workspace clean browser
+.PHONY: test test-endpoint run run-scripted bench soak lint typecheck mutation demo-workspace clean browser
 
 # llama.cpp is built for any x86-64 with AVX2, not for this CPU (`-march=native`): a VM that advertises AMX
 # without enabling it kills a native build with SIGILL at the first batched matmul.
@@ -25,6 +25,15 @@ test: $(STAMP) browser
 	$(BIN)/pytest -n 2 $(PYTEST_ARGS); tests=$$?; \
 	wait $$types; typed=$$?; echo "mypy $(TYPED):"; cat $$log; rm -f $$log; \
 	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
+	@if [ -n "$(ENDPOINT_TIER)" ]; then $(MAKE) --no-print-directory test-endpoint; fi
+
+# LoopInference a second time with the agent on an OpenAI-compatible server instead of in-process: by default
+# llama-cpp-python's own server on the pinned model, on a free loopback port (the path a user's llama.cpp,
+# Ollama or vLLM server takes). `make test ENDPOINT_TIER=` leaves it out; `ENDPOINT_TIER=URL` (with
+# `ENDPOINT_PYTEST_ARGS=--loop-model=NAME`) runs it against your own server. Serial: the server takes both cores.
+ENDPOINT_TIER ?= llama-cpp-server
+test-endpoint: $(STAMP)
+	$(BIN)/pytest -m LoopInference --loop-endpoint "$(or $(ENDPOINT_TIER),llama-cpp-server)" $(ENDPOINT_PYTEST_ARGS)
 
 run: $(STAMP) demo-workspace
 	$(BIN)/loop-harness models fetch
