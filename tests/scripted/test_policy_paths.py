@@ -183,6 +183,8 @@ def test_the_refusal_of_proc_and_of_a_hard_link_names_the_place(careful, tmp_pat
     verdict = expect(policy_of(root, [READ_ALL]).judge_read("src/b.txt"), "hard_link")
     why = "a file with another name may be outside the worktree, protected or denied"
     assert verdict.reason == {"kind": "hard_link", "path": "src/b.txt", "why": why}
+    why = "the request could not be judged: ValueError: not a path: 'a\\x00b'"  # a NUL ends a C string
+    assert expect(careful.judge_read("a\0b"), "unparseable").reason == {"kind": "unparseable", "why": why}
 
 
 def test_a_sibling_directory_named_like_the_worktree_is_outside(careful, worktree):
