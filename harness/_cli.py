@@ -111,7 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
     agent.add_argument("--max-tokens", type=int, default=512, help="token budget per prompt turn (default 512)")
     agent.add_argument("--max-steps", type=int, default=6, help="model steps per prompt turn (default 6)")
-    agent.add_argument("--trace", metavar="FILE", help="append every completion (prompt, text, timings) as JSONL")
+    agent.add_argument("--trace", metavar="FILE", help="append every completion (prompt, text, timings) as JSONL; "
+                       "with --endpoint, every request's body, answer, usage and timings")  # fmt: skip
 
     limits = commands.add_parser("limits", help="the resolved budgets and stall rules, each with its source")
     limits.add_argument("config", type=Path, help="the run config (YAML)")

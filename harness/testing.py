@@ -8,21 +8,24 @@ result = run_loop(config)                           # RunResult: terminal, reaso
 
 with LlamaCppServer(model_path, log=tmp_path / "server.log") as endpoint:   # an OpenAI-compatible server
     command = inference_agent_command(endpoint=endpoint)                       # the inference agent on it
+with serve_endpoint("llama-cpp-server", log=tmp_path / "server.log") as endpoint:  # or a URL: the user's
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import functools
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,7 @@ __all__ = [
     "records",
     "run_loop",
     "scripted_agent_command",
+    "serve_endpoint",
     "write_yaml",
 ]
 
@@ -260,7 +264,7 @@ class LlamaCppServer:
             out.write(f"$ {' '.join(command)}\n".encode())
             out.flush()
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)  # fmt: skip
+                                            start_new_session=True, preexec_fn=_dies_with_us())  # fmt: skip
         url = f"http://127.0.0.1:{port}/v1"
         deadline = time.monotonic() + self.startup_timeout
         while True:
@@ -309,6 +313,33 @@ class LlamaCppServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def serve_endpoint(
+    spec: str, *, model: str | None = None, agent_args: Sequence[str] = (), log: Path, threads: int = 2
+) -> Iterator[Endpoint]:
+    """The server `spec` names, as `--endpoint` and `--loop-endpoint` take it, for the block: `llama-cpp-server`
+    starts llama-cpp-python's on the pinned model (its log to `log`, `threads` CPU threads) and stops it after;
+    a base URL is the user's server, `model` the model to ask it for. `agent_args` are more inference agent
+    options (after those the server needs). Raises what `resolve_model` and `LlamaCppServer.start` raise."""
+    if spec != LLAMA_CPP_SERVER:
+        yield Endpoint(spec.rstrip("/"), model, tuple(agent_args))
+        return
+    from .models import resolve_model
+
+    with LlamaCppServer(resolve_model(), log=log, threads=threads) as started:
+        yield Endpoint(started.url, started.model, (*started.agent_args, *agent_args), started.log)
+
+
+def _dies_with_us() -> Callable[[], None]:
+    """What the server's process runs before exec: SIGKILL to it when the thread that started it dies, even by
+    SIGKILL (Linux's PR_SET_PDEATHSIG), so a test session or a bench killed from outside leaves no server
+    running in its own session. The libc call is looked up here: only it runs in the forked child."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
 def _free_loopback_port() -> int:

@@ -100,17 +100,31 @@ class Bounds:
         windows (a slope bound breaks only in two consecutive windows, so one window checks nothing)."""
         return self.warmup + 2 * (self.window or 10)
 
-    def too_short(self, tasks: int) -> str | None:
-        """Why `tasks` would check nothing, or None."""
+    def too_short(self, tasks: int, loops: int = 1) -> str | None:
+        """Why `tasks` would check nothing, or None. With `loops` loops each drains its share and is judged on
+        it (the warm-up and the windows count a loop's own tasks): the smallest share must be long enough."""
         if self.warmup < 1:  # the counters' baseline is taken after the warm-up's last task: none, none taken
             return "a warm-up of at least 1 task is needed: the counters' baseline is taken at its end"
         if self.window is not None and self.window < 2:
             return f"a window of {self.window} task has no slope: give --window 2 or more"
-        if tasks >= self.shortest():
+        if tasks // loops >= self.shortest():
             return None
-        return (f"{tasks} tasks check nothing: the first {self.warmup} are the warm-up, and each bound is judged over "
-                f"two windows of {self.window or 10} after it; drain at least {self.shortest()} tasks "
+        judged = (f"the first {self.warmup} are the warm-up, and each bound is judged over two windows of "
+                  f"{self.window or 10} after it")  # fmt: skip
+        if loops == 1:
+            return (f"{tasks} tasks check nothing: {judged}; drain at least {self.shortest()} tasks "
+                    f"(or lower --warmup / --window)")  # fmt: skip
+        return (f"{tasks} tasks over {loops} loops ({tasks // loops} a loop) check nothing: each loop is judged on "
+                f"its own tasks, {judged}; drain at least {loops * self.shortest()} tasks "
                 f"(or lower --warmup / --window)")  # fmt: skip
+
+    def for_loops(self, loops: int) -> Bounds:
+        """The bounds of the kernel process that `loops` loops share: judged over every loop's tasks together, so
+        the warm-up and the windows are `loops` times a loop's (the window set: see `window_for`)."""
+        if loops == 1:
+            return self
+        assert self.window is not None, "set the window first: it is fixed by the planned run"
+        return replace(self, warmup=self.warmup * loops, window=self.window * loops)
 
 
 def slope(values: Sequence[float]) -> float:

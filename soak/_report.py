@@ -39,6 +39,7 @@ def write_report(result: SoakResult, directory: Path) -> list[Path]:
 def summary(result: SoakResult) -> dict[str, Any]:
     return {
         "passed": result.passed,
+        "judged": result.judged,
         "error": None if result.error is None else {"resource": result.error.resource, "message": str(result.error)},
         "mode": result.mode,
         "agent": result.agent,
@@ -50,6 +51,10 @@ def summary(result: SoakResult) -> dict[str, Any]:
         "bounds": asdict(result.bounds),
         "figures": result.figures,
         "targets": targets(result),
+        "loops": result.loops,
+        "endpoint": result.endpoint,
+        "throughput": result.throughput,
+        "per_loop": result.per_loop,
     }
 
 
@@ -58,9 +63,9 @@ TARGETS = {"seconds_per_500_tasks": 60.0, "kernel_rss_slope_per_task": 1024.0, "
 
 
 def targets(result: SoakResult) -> dict[str, dict[str, Any]]:
-    """Each target with the measured figure; the scripted agent's only (the model sets its own pace)."""
+    """Each target with the measured figure; the scripted agent's only (the model sets its own pace), one loop."""
     rss = result.figures.get("kernel_rss") or {}
-    if result.agent != "scripted" or not rss.get("checked") or not result.samples:
+    if result.agent != "scripted" or result.loops != 1 or not rss.get("checked") or not result.samples:
         return {}
     measured = {
         "seconds_per_500_tasks": round(result.seconds / len(result.samples) * 500, 1),
@@ -78,23 +83,26 @@ def _write_json(result: SoakResult, path: Path) -> Path:
 
 
 def _write_markdown(result: SoakResult, path: Path) -> Path:
+    verdict = ("passed" if result.judged else "drained, no bound judged") if result.passed else "FAILED"
     lines = [
-        f"# Soak: {'passed' if result.passed else 'FAILED'}",
+        f"# Soak: {verdict}",
         "",
-        f"{len(result.samples)} of {result.tasks} tasks, mode `{result.mode}`, agent `{result.agent}`, "
+        f"{result.done} of {result.tasks} tasks, mode `{result.mode}`, agent `{result.agent}`, "
         f"{result.seconds:.1f} s ({result.tasks_per_second} tasks/s). Terminals: {result.terminals}.",
         "",
     ]
     if result.error is not None:
         lines += ["## Broken bound", "", "```", str(result.error), "```", ""]
-    lines += [
-        "## Memory and transcript",
-        "",
-        "| metric | baseline | final | peak | slope/task | window slopes | limit/task |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines += _throughput_lines(result)
+    if any(f.get("checked") and metric != "kernel_counters" for metric, f in result.figures.items()):
+        lines += [
+            "## Memory and transcript",
+            "",
+            "| metric | baseline | final | peak | slope/task | window slopes | limit/task |",
+            "|---|---|---|---|---|---|---|",
+        ]
     for metric, figures in result.figures.items():
-        if not figures.get("checked"):
+        if not figures.get("checked") or metric == "kernel_counters":
             continue
         if metric == "transcript_bytes":
             lines.append(
@@ -117,19 +125,64 @@ def _write_markdown(result: SoakResult, path: Path) -> Path:
             lines.append(f"| {name} | {t['measured'] / scale:.2f} {unit} | ≤ {t['target'] / scale:.0f} {unit} | "
                          f"{'met' if t['met'] else 'MISSED'} |")  # fmt: skip
     b = result.bounds
+    each = "" if result.loops == 1 else f" (a loop's own tasks; the kernel's: all {result.loops} loops' together)"
     lines += [
         "",
         f"Bounds: warm-up {b.warmup} tasks excluded; counters back to their baseline every {b.quiet_every} tasks "
         f"(up to {b.settle_retries} settle retries); memory fails when two consecutive windows of "
-        f"{b.window_for(result.tasks)} tasks break the slope limit, or on the growth ceiling "
+        f"{b.window_for(result.tasks)} tasks{each} break the slope limit, or on the growth ceiling "
         f"({_fmt(b.kernel_growth_ceiling)} kernel, {_fmt(b.agent_growth_ceiling)} agent) or the kernel's peak "
-        f"ceiling ({_fmt(b.kernel_peak_ceiling)}).",
+        f"ceiling ({_fmt(b.kernel_peak_ceiling)})."
+        if result.judged
+        else "Bounds: none judged (`--count-only`): the samples are plotted, not checked.",
         "",
         "Plots: " + ", ".join(f"`{name}.png`" for name in PLOTTED),
         "",
     ]
     path.write_text("\n".join(lines))
     return path
+
+
+def _throughput_lines(result: SoakResult) -> list[str]:
+    """Tasks/s and completion tokens/s, all the loops together and each; with several loops, what each
+    loop's own bounds measured."""
+    total = result.throughput
+    if not total:
+        return []
+    server = f" on `{result.endpoint['url']}` (model `{result.endpoint['model']}`)" if result.endpoint else ""
+    tokens = ("no completion tokens reported by the agent" if total["output_tokens"] is None else
+              f"{total['output_tokens']} completion tokens, {total['tokens_per_second']} tokens/s "
+              f"({total['tasks_with_tokens']} tasks reported them)")  # fmt: skip
+    lines = [
+        "## Throughput",
+        "",
+        f"{total['loops']} loop(s) at once{server}: {total['done']} tasks in {total['seconds']} s, "
+        f"{total['tasks_per_second']} tasks/s; {tokens}.",
+        "",
+        "| loop | tasks | seconds | tasks/s | completion tokens | tokens/s | terminals |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for loop in result.per_loop:
+        lines.append(f"| {loop['loop']} | {loop['done']} of {loop['tasks']} | {loop['seconds']} | "
+                     f"{loop['tasks_per_second']} | {loop['output_tokens']} | {loop['tokens_per_second']} | "
+                     f"{loop['terminals']} |")  # fmt: skip
+    judged = [(loop["loop"], loop["figures"]) for loop in result.per_loop if loop.get("figures")]
+    if judged:
+        lines += ["", "Each loop's own bounds (its agent, its transcript):", "",
+                  "| loop | agent RSS baseline | final | slope/task | transcript bytes/task (baseline, windows) |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for number, figures in judged:
+            rss, transcript = figures.get("agent_rss") or {}, figures.get("transcript_bytes") or {}
+            memory = (f"{_fmt(rss['baseline'])} | {_fmt(rss['final'])} | {rss['slope']:.0f} B"
+                      if rss.get("checked") else "not measured | | ")  # fmt: skip
+            written = (f"{transcript['bytes_per_task_baseline']}, {transcript['window_means']}"
+                       if transcript.get("checked") else "not judged")  # fmt: skip
+            lines.append(f"| {number} | {memory} | {written} |")
+    counters = result.figures.get("kernel_counters")
+    if counters:
+        lines += ["", f"The kernel's fds, threads and children before the loops started: {counters['before']}; "
+                  f"after all had ended: {counters['after']}."]  # fmt: skip
+    return [*lines, ""]
 
 
 def _write_plots(result: SoakResult, directory: Path) -> list[Path]:

@@ -69,7 +69,7 @@ def live_children(process: psutil.Process) -> list[psutil.Process]:
 
 
 def what_the_agent_holds(agent: psutil.Process, resource: str) -> list[str]:
-    """What the agent tree holds of `resource` now (as `_what_is_open` says for the kernel)."""
+    """What the agent tree holds of `resource` now (as `soak._work.what_is_open` says for the kernel)."""
     try:
         tree = [agent, *agent.children(recursive=True)]
         if resource == "fds":  # every descriptor, not psutil's regular files only (a leaked pipe counts too)

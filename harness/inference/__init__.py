@@ -50,10 +50,6 @@ def serve(
 
     backend: Model
     if endpoint is not None:
-        if trace:
-            print("inference agent: --trace records local completions; it cannot be used with an endpoint",
-                  file=sys.stderr)  # fmt: skip
-            return 2
         from ._endpoint import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, EndpointModel
 
         remote = EndpointModel(
@@ -64,6 +60,7 @@ def serve(
             connect_timeout=connect_timeout or DEFAULT_CONNECT_TIMEOUT,
             read_timeout=read_timeout or DEFAULT_READ_TIMEOUT,
             n_ctx=n_ctx,
+            trace=Path(trace) if trace else None,
         )
         why = remote.describe()  # once, at start: the model's name, revision and context size
         if why is not None:

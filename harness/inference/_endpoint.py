@@ -20,6 +20,11 @@ timeout and a read timeout (between any two bytes) bound every request, and a no
 is not JSON, an event whose data is not JSON, or a stream that ends without a `finish_reason` raise
 `StepError` naming the cause (the agent ends the prompt turn with a JSON-RPC error carrying it).
 
+With `trace` (the agent's `--trace FILE`), every answered step appends one JSON line: the request body as
+sent, the answer (text, tool call, finish), the server's `usage` (null when it reported none), the tokens
+counted, and the timings (`seconds` the whole request). `loop-harness bench endpoint` posts the same bodies to
+the same server from a bare client.
+
 At start `describe()` reads `GET {base}/models` once (a short timeout; llama.cpp's server, vLLM and
 Ollama's OpenAI API all serve it): the model name when none was given (the first listed), and what the
 server says of it, the revision (`revision`, `model_sha` or `digest`) and the context size
@@ -39,6 +44,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -92,6 +98,7 @@ class EndpointModel:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         n_ctx: int | None = None,
+        trace: Path | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -104,6 +111,7 @@ class EndpointModel:
         key = os.environ.get(KEY_VARIABLE)
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client: httpx.AsyncClient | None = None
+        self._trace = trace.open("a", encoding="utf-8") if trace else None
 
     @property
     def info(self) -> dict[str, Any]:
@@ -182,7 +190,29 @@ class EndpointModel:
         step.completion_tokens = _count(usage.get("completion_tokens")) or reading.chunks
         if step.kind in ("tool", "message", "invalid") and step.completion_tokens > max_tokens:
             step.kind = "length"  # the server ignored max_tokens: the budget is spent all the same
-        return _timed(step, reading, started)
+        step = _timed(step, reading, started)
+        if self._trace is not None:
+            self._write_trace(body, reading, step, time.perf_counter() - started)
+        return step
+
+    def _write_trace(self, body: dict[str, Any], reading: _Reading, step: ModelStep, seconds: float) -> None:
+        call = reading.calls[min(reading.calls)] if reading.calls else None
+        record = {
+            "body": body,
+            "finish": reading.finish,
+            "text": "".join(reading.text),
+            "tool": call["name"] if call else None,
+            "arguments": "".join(call["arguments"]) if call else None,
+            "usage": reading.usage,
+            "prompt_tokens": step.prompt_tokens,
+            "completion_tokens": step.completion_tokens,
+            "seconds": seconds,
+            "ttft_s": step.ttft_s,
+            "decode_s": step.decode_s,
+        }
+        assert self._trace is not None
+        self._trace.write(json.dumps(record) + "\n")
+        self._trace.flush()
 
     async def _exchange(self, body: dict[str, Any], reading: _Reading) -> None:
         """One request, read into `reading`; raises StepError with the cause."""

@@ -91,6 +91,30 @@ def test_a_count_only_soak_of_any_length_drains_and_counts_each_loop(capsys, tmp
     assert "# Soak: drained, no bound judged" in summary_md and "| 2 | 2 of 2 |" in summary_md
 
 
+@LOOP_SLOW
+def test_counting_only_a_task_that_stops_its_run_is_counted_and_its_loop_goes_on(capsys, tmp_path):
+    """T1 goes round until the kernel's iterations run out (MaxIterations stops loop 1's run); counting only,
+    loop 1 goes on with T2 in a new run, and every task is counted with its terminal. Judged, it is a failure."""
+    from harness.testing import scripted_agent_command, write_yaml
+    from scripted_agents.presets import turn, write_turn
+
+    scenario = write_yaml(tmp_path / "agent.yaml", {"tasks": [
+        {"id": "T1", "turns": [turn(stop="max_tokens")]},
+        {"turns": [write_turn("out/result.txt", "result\n")]},
+    ]})  # fmt: skip
+    command = ["soak", "--tasks", "4", "--loops", "2", "--json", "--agent-command",
+               " ".join(scripted_agent_command(scenario))]  # fmt: skip
+    assert main([*command, "--count-only"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["terminals"] == {"MaxIterations": 1, "Completed": 3}
+    assert [(loop["done"], loop["terminals"]) for loop in report["per_loop"]] == [
+        (2, {"MaxIterations": 1, "Completed": 1}), (2, {"Completed": 2})]  # fmt: skip
+    assert main([*command, "--warmup", "1", "--window", "2", "--tasks", "10"]) == 1
+    judged = json.loads(capsys.readouterr().out)
+    assert judged["error"]["resource"] == "loop 1 run"
+    assert "loop 1's run ended MaxIterations after 0 of 5 tasks" in judged["error"]["message"]
+
+
 # --- the arithmetic, on the records the kernel writes ----------------------------------------------------------
 
 
