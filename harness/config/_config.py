@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
@@ -17,9 +16,6 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -31,7 +27,9 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError, PydanticKnownError
 
+from ._agent import ENDPOINT_VARIABLE, MODEL_VARIABLE, AgentConfig, EndpointConfig
 from ._exceptions import ConfigError
+from ._fields import Id, Strict, check_globs
 from ._limits import DEFAULTS, AutonomyConfig, ResolvedAutonomy, resolve_autonomy
 
 __all__ = [
@@ -60,99 +58,11 @@ __all__ = [
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-def _integer_as_text(value: Any) -> Any:
-    """YAML reads `id: 7` as a number; an id means its text. Only a plain integer is taken: YAML also
-    reads `3.10` as 3.1, `022` as 18 and `12:30` as 750, and `true`/`yes`/`on` alike as True."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return _quote_it(value)
-
-
-def _quote_it(value: Any) -> Any:
-    """Text only: a YAML number or boolean here would be rewritten (`3.10` -> 3.1, `022` -> 18)."""
-    if isinstance(value, bool | int | float):
-        raise ValueError(f"YAML read this as {type(value).__name__} {value!r}: quote it to keep the text")
-    return value
-
-
-#: An id: text, or a YAML integer taken as its decimal text.
-Id = Annotated[str, BeforeValidator(_integer_as_text)]
-#: Text that must be written as text (environment values): numbers are refused with the way out.
-Text = Annotated[str, BeforeValidator(_quote_it)]
-
-
-def _check_globs(patterns: list[str]) -> list[str]:
-    """Worktree globs are relative and normalised: anything else could never match, silently."""
-    for pattern in patterns:
-        if pattern.startswith("/"):
-            raise ValueError(f"{pattern!r}: paths are relative to the worktree, not absolute")
-        if pattern.startswith("./") or "/./" in pattern or pattern in (".", ""):
-            raise ValueError(f"{pattern!r}: write it without './'")
-        if ".." in pattern.split("/"):
-            raise ValueError(f"{pattern!r}: '..' never matches (paths are resolved first)")
-        if pattern.endswith("/"):
-            raise ValueError(f"{pattern!r}: a directory's contents are '{pattern}**'")
-    return patterns
-
-
-#: What the agent finds its model server in (the inference agent reads them; any agent may).
-ENDPOINT_VARIABLE, MODEL_VARIABLE = "LOOP_HARNESS_ENDPOINT", "LOOP_HARNESS_MODEL"
-
-
-class EndpointConfig(_Strict):
-    """The OpenAI-compatible server the agent's model runs on: the run records which model it served (in
-    `run_start`), and the agent is told it in its environment. Under the sandbox the agent reaches it only
-    through the kernel's proxy, so a network rule must allow its host."""
-
-    url: str = Field(min_length=1)  # the API base, as OpenAI clients take it: http://127.0.0.1:8080/v1
-    model: str = Field(min_length=1)  # the name the server serves the model under
-    pin: str | None = None  # an [endpoints.NAME] entry of models.lock the served model must match
-
-    @field_validator("url")
-    @classmethod
-    def _an_http_base(cls, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{url!r}: an http:// or https:// base URL with a host (http://127.0.0.1:8080/v1)")
-        if parts.query or parts.fragment or parts.username or parts.password:
-            raise ValueError(f"{url!r}: a base URL has no query, fragment or credentials")
-        return url.rstrip("/")
-
-
-class AgentConfig(_Strict):
-    command: list[str] = Field(min_length=1)
-    # ACP has no capability for this; the operator declares it (required before autonomy activates).
-    supports_permission_requests: bool = False
-    env: dict[str, Text] = Field(default_factory=dict)
-    endpoint: EndpointConfig | None = None
-
-    @model_validator(mode="after")
-    def _endpoint_in_the_environment(self) -> AgentConfig:
-        # An `env` the operator wrote wins: it is the more specific of the two.
-        if self.endpoint is not None:
-            told = {ENDPOINT_VARIABLE: self.endpoint.url, MODEL_VARIABLE: self.endpoint.model}
-            object.__setattr__(self, "env", {**told, **self.env})
-        return self
-
-    @field_validator("command")
-    @classmethod
-    def _python_is_this_interpreter(cls, command: list[str]) -> list[str]:
-        # `python` in a config means the interpreter running loop-harness, so a
-        # scripted agent works without activating the virtualenv.
-        if command[0] in ("python", "python3"):
-            return [sys.executable, *command[1:]]
-        return command
-
-
 RuleKind = Literal["read", "write", "execute", "network"]
 _TARGET_KEY = {"read": "paths", "write": "paths", "execute": "commands", "network": "hosts"}
 
 
-class RuleConfig(_Strict):
+class RuleConfig(Strict):
     id: str = Field(min_length=1)
     kind: RuleKind
     decision: Literal["allow", "deny"]
@@ -170,7 +80,7 @@ class RuleConfig(_Strict):
             if key != wanted and value is not None:
                 raise ValueError(f"a {self.kind} rule takes '{wanted}', not '{key}'")
         if self.paths:
-            _check_globs(self.paths)
+            check_globs(self.paths)
         return self
 
     @property
@@ -178,7 +88,7 @@ class RuleConfig(_Strict):
         return list(getattr(self, _TARGET_KEY[self.kind]))
 
 
-class PolicyConfig(_Strict):
+class PolicyConfig(Strict):
     rules: list[RuleConfig] = Field(default_factory=list)
     # Extra protected paths (globs relative to the worktree) on top of the built-in ones.
     protected_paths: list[str] = Field(default_factory=list)
@@ -186,7 +96,7 @@ class PolicyConfig(_Strict):
     @field_validator("protected_paths")
     @classmethod
     def _relative_globs(cls, patterns: list[str]) -> list[str]:
-        return _check_globs(patterns)
+        return check_globs(patterns)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> PolicyConfig:
@@ -198,7 +108,7 @@ class PolicyConfig(_Strict):
         return self
 
 
-class TaskConfig(_Strict):
+class TaskConfig(Strict):
     id: Id = Field(min_length=1)
     title: str = ""
     body: str = ""
@@ -206,7 +116,7 @@ class TaskConfig(_Strict):
     updated: float | None = None
 
 
-class FaultConfig(_Strict):
+class FaultConfig(Strict):
     """A scripted host signal for the memory provider (tests and demos)."""
 
     op: Literal["list_tasks", "mark_done"]
@@ -217,7 +127,7 @@ class FaultConfig(_Strict):
     cause: str = "scripted outage"
 
 
-class ProposalConfig(_Strict):
+class ProposalConfig(Strict):
     """A change awaiting review in the memory host's proposal queue."""
 
     id: Id = Field(min_length=1)
@@ -231,7 +141,7 @@ class ProposalConfig(_Strict):
 CompleteAction = Literal["comment", "close", "unassign"]
 
 
-class _QueueBase(_Strict):
+class _QueueBase(Strict):
     """What a queue has whatever its provider: the order it is drained in, the host-call retry budget, and the
     branch proposals are opened against (the host tools refuse a proposal from it, on any host)."""
 
@@ -354,7 +264,7 @@ QueueConfig: TypeAlias = Annotated[
 ]
 
 
-class LimitsConfig(_Strict):
+class LimitsConfig(Strict):
     max_iterations: int = Field(default=20, ge=1)  # prompt rounds per task
     turn_timeout_s: float = Field(default=120.0, gt=0)
     cancel_grace_s: float = Field(default=5.0, ge=0)  # after session/cancel, before killing the agent
@@ -373,7 +283,7 @@ class Trigger(StrEnum):
     PROPOSAL_AWAITING_REVIEW = "ProposalAwaitingReview"  # proposals whose review is requested from it
 
 
-class RoleConfig(_Strict):
+class RoleConfig(Strict):
     """A prompt prefix, the host tools the agent may use (empty: all), what it drains, and when it is done."""
 
     prompt: str = ""
@@ -390,7 +300,7 @@ class RoleConfig(_Strict):
         return tools
 
 
-class CommitConfig(_Strict):
+class CommitConfig(Strict):
     """`workspace.commit`: after a task ends Completed with changes, the kernel commits them (hooks and
     fsmonitor off) and pushes, so the next task starts on a clean tree; under the sandbox `.git` is
     read-only to the agent. `message` may use {id} and {title}; `author` is "Name <email>" (default: git's
@@ -410,7 +320,7 @@ class CommitConfig(_Strict):
         return message
 
 
-class SandboxConfig(_Strict):
+class SandboxConfig(Strict):
     """The OS sandbox around the agent and every command the kernel runs for it (see harness/sandbox/_sandbox.py).
     Modes as Codex names them: `workspace-write` (write where write rules allow), `read-only`, `off`."""
 
@@ -445,7 +355,7 @@ class SandboxConfig(_Strict):
         return expanded
 
 
-class Config(_Strict):
+class Config(Strict):
     workspace: Path
     agent: AgentConfig
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
