@@ -21,7 +21,11 @@ from harness.pytest_plugin import LOOP_INFERENCE
 pytestmark = LOOP_INFERENCE
 
 
-def test_two_loops_on_llama_cpp_server_report_each_loop_and_the_aggregate(harness_model, tmp_path):
+def test_two_loops_on_llama_cpp_server_report_each_loop_and_the_aggregate(request, tmp_path):
+    # the model-server pass of the tier (`make test-endpoint`), not the in-process one: minutes of a server's CPU
+    if not request.config.getoption("--loop-endpoint"):
+        pytest.skip("runs with --loop-endpoint (make test-endpoint), the pass that tests model servers")
+    request.getfixturevalue("harness_model")
     command = [sys.executable, "-m", "harness", "soak", "--agent", "inference", "--endpoint", "llama-cpp-server",
                "--loops", "2", "--tasks", "4", "--count-only", "--json", "--report", str(tmp_path / "report"),
                # one thread: two spin against any other busy process (a request took 10-50 times as long); a
