@@ -36,10 +36,15 @@ from ._parts import Agent, RunParts, _closer, remove_tree
 if TYPE_CHECKING:
     from ..host._mcp_host import HostToolServer
 
-__all__ = ["Assembly"]
+__all__ = ["Assembly", "terminal_environment"]
 
 #: Paths a `teardown_error` of the run's directory names (`left_count` says how many there were).
 _LEFT_SHOWN = 20
+
+
+def terminal_environment(token: str) -> dict[str, str]:
+    """The environment every command run for the agent starts with (before PATH is confined)."""
+    return {**agent_environment(), "GIT_TERMINAL_PROMPT": "0", TOKEN_VARIABLE: token}
 
 
 class Assembly(RunParts):
@@ -65,13 +70,13 @@ class Assembly(RunParts):
             self._overlay = sandbox.overlay
             if self._meter is not None:
                 self._meter.overlay = self._overlay
+        commands_env = self._confine(terminal_environment(self.token))
+        # `X=1` alone is harmless only for a name not in the environment of a command the agent runs, ours or its own
+        self.policy.commands_environment([*commands_env, *self.config.agent.env])
         client = KernelClient(
             policy=self.policy,
             transcript=self.transcript,
-            exec_host=ExecHost(
-                self._confine({**agent_environment(), "GIT_TERMINAL_PROMPT": "0", TOKEN_VARIABLE: self.token}),
-                sandbox=sandbox,
-            ),
+            exec_host=ExecHost(commands_env, sandbox=sandbox),
             interactive_handler=self.interactive_handler,
         )
         client.overlay = self._overlay

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,16 +81,13 @@ class AgentLink:
         """Spawn the agent and `initialize`; a Stop if that fails."""
         try:
             env = self.confine(agent_environment({**self.agent.env, TOKEN_VARIABLE: self.token}))
-            argv = self.agent.command
-            fds: tuple[int, ...] = ()
-            if self.sandbox is not None:
-                argv, env, fds = self.sandbox.wrap(argv, cwd=str(self.cwd), env=env, tools=True)
-            try:
-                self.process = await AgentProcess.spawn(argv, cwd=str(self.cwd), env=env, transcript=self.transcript,
-                                                        token=self.token, pass_fds=fds)  # fmt: skip
-            finally:
-                for fd in fds:
-                    os.close(fd)
+            argv, cwd = self.agent.command, str(self.cwd)
+            if self.sandbox is None:
+                self.process = await AgentProcess.spawn(argv, cwd=cwd, env=env, transcript=self.transcript,
+                                                        token=self.token)  # fmt: skip
+            else:  # its stdout, its signals and its exit status its own there too
+                self.process = await AgentProcess.spawn_in(self.sandbox, argv, cwd=cwd, env=env,
+                                                           transcript=self.transcript, token=self.token)  # fmt: skip
             if self.sandbox is not None and self.sandbox.overlay is not None:
                 await self.sandbox.overlay.attach()  # its namespaces and merged worktree, held by descriptor
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the argv or environment
@@ -215,6 +211,8 @@ class AgentLink:
             return Stop(Terminal.FAILED, {**process.failure, "stderr_tail": process.stderr_tail()})
         status = await process.wait_exit(3.0)
         reason: dict[str, Any] = {"kind": "agent_exited", "exit_status": status, "stderr_tail": process.stderr_tail()}
+        if process.beside is not None:  # bwrap's, where it differs from the agent's own
+            reason["sandbox_exit_status"] = process.beside
         if status is None:
             reason["detail"] = "the agent closed stdout but kept running"
         return Stop(Terminal.FAILED, reason)

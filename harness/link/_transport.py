@@ -11,7 +11,9 @@ process the kernel started itself, so the kernel owns what the SDK's
   read on, and text without a newline would hang the next request);
 * lines of any size up to `max_line` are read (20 MB lines are legal);
 * the agent runs in its own process group, so stopping it ends grandchildren too;
-* it gets a trimmed environment plus what the config passes.
+* it gets a trimmed environment plus what the config passes;
+* inside the OS sandbox it keeps the same contract (`spawn_in`): only the agent holds its stdout, signals go
+  to its own process group, and its exit status is its own, not bwrap's (beside it in `agent_exit`).
 
 Every frame in both directions is written to the transcript.
 """
@@ -32,6 +34,8 @@ from .._flag import Flag
 from ..record._records import RecordType
 from ..record._recovery import end_processes
 from ..record._transcript import Transcript, compact_json
+from ..sandbox._sandbox import Sandbox
+from ..sandbox._status import SandboxStatus
 
 __all__ = ["ARRIVAL", "AgentProcess", "agent_environment"]
 
@@ -82,8 +86,14 @@ class AgentProcess:
         max_line: int = 64 << 20,
         stderr_keep: int = 64 << 10,
         token: str = "",
+        stdio: tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.ReadTransport] | None = None,
+        sandbox: SandboxStatus | None = None,
     ) -> None:
         self.process = process
+        # the agent's stdin and stdout: the subprocess's pipes, or (in the sandbox) pipes of the kernel's own
+        self.stdin, self.stdout = (process.stdin, process.stdout) if stdio is None else stdio[:2]
+        self._stdout_pipe = None if stdio is None else stdio[2]
+        self.sandbox = sandbox  # where to signal the agent inside its sandbox, and its own exit status
         self.transcript = transcript
         self.token = token
         self.started = time.time()
@@ -124,6 +134,37 @@ class AgentProcess:
         transcript.record(RecordType.AGENT_START, pid=process.pid, argv=list(argv))
         return cls(process, transcript, token=token)
 
+    @classmethod
+    async def spawn_in(
+        cls, sandbox: Sandbox, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], transcript: Transcript,
+        token: str = "",
+    ) -> AgentProcess:  # fmt: skip
+        """The agent inside `sandbox`, on pipes the kernel made itself and only the agent holds the other end of:
+        bwrap, its init and the bridge get /dev/null, so a stdout the agent closes is an EOF at once."""
+        stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
+        stdout_read, stdout_write = os.pipe2(os.O_CLOEXEC)
+        ours = (stdin_write, stdout_read)
+        status: SandboxStatus | None = None
+        try:
+            wrapped, inside, fds, status = sandbox.wrap_agent(argv, cwd=cwd, env=env, stdin=stdin_read,
+                                                              stdout=stdout_write)  # fmt: skip
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *wrapped, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.PIPE, cwd=cwd, env=inside, start_new_session=True, pass_fds=fds,
+                )  # fmt: skip
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        except BaseException:
+            for fd in (*ours, *(() if status else (stdin_read, stdout_write))):
+                os.close(fd)
+            if status is not None:
+                status.close()
+            raise
+        transcript.record(RecordType.AGENT_START, pid=process.pid, argv=list(wrapped))
+        return cls(process, transcript, token=token, stdio=await _streams(stdin_write, stdout_read), sandbox=status)
+
     @property
     def pid(self) -> int:
         return self.process.pid
@@ -132,7 +173,7 @@ class AgentProcess:
 
     async def send(self, message: dict[str, Any]) -> None:
         data = compact_json(message)
-        stdin = self.process.stdin
+        stdin = self.stdin
         if stdin is None or stdin.is_closing():
             if "method" not in message:  # an answer the agent is no longer there to read: nothing is lost
                 self.transcript.record(RecordType.RPC_UNDELIVERED, msg=message)
@@ -174,14 +215,14 @@ class AgentProcess:
         self._prompts.clear()
 
     async def close(self) -> None:
-        stdin = self.process.stdin
+        stdin = self.stdin
         if stdin is not None and not stdin.is_closing():
             stdin.close()
 
     # --- framing -------------------------------------------------------------------------------
 
     async def _read_line(self) -> bytes | None:
-        stdout = self.process.stdout
+        stdout = self.stdout
         assert stdout is not None
         chunks: list[bytes] = []
         size = 0
@@ -251,11 +292,13 @@ class AgentProcess:
         # Poll returncode: in Python 3.11 Process.wait() also waits for the pipes, which a
         # grandchild that inherited them can hold open long after the agent died.
         while self.process.returncode is None:
+            if self.sandbox is not None and self.sandbox.init_pid is None:
+                self.sandbox.poll()  # the sandbox's init, held by pidfd while it surely lives
             await asyncio.sleep(0.05)
         self.exited.set()
 
     async def _drain_stdout(self) -> None:
-        stdout = self.process.stdout
+        stdout = self.stdout
         assert stdout is not None
         with contextlib.suppress(ConnectionResetError, BrokenPipeError):
             while await stdout.read(64 << 10):
@@ -265,7 +308,8 @@ class AgentProcess:
         return bytes(self._stderr[-limit:]).decode("utf-8", errors="replace")
 
     async def wait_exit(self, timeout: float) -> int | None:
-        """The exit status once the process has exited, or None if it is still running."""
+        """The agent's own exit status once the process (in the sandbox: bwrap) has exited, or None if it is still
+        running."""
         loop = asyncio.get_running_loop()  # poll returncode, as _watch_exit does
         deadline = loop.time() + timeout
         while self.process.returncode is None and loop.time() < deadline:
@@ -274,7 +318,22 @@ class AgentProcess:
             # Give the stderr drain a moment to collect the last words.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._stderr_task), 0.5)
-        return self.process.returncode
+        return self.status
+
+    @property
+    def status(self) -> int | None:
+        """The agent's own exit status (-N: signal N), None while it runs; in the sandbox not bwrap's but what
+        the bridge reported of the agent (`harness/sandbox/_status.py`)."""
+        code = self.process.returncode
+        if self.sandbox is None or code is None:
+            return code
+        return self.sandbox.agent_status(code)
+
+    @property
+    def beside(self) -> int | None:
+        """bwrap's own exit status, where it says something other than the agent's (None outside the sandbox)."""
+        code = self.process.returncode
+        return None if self.sandbox is None or code is None or code == self.status else code
 
     @property
     def gone(self) -> bool:
@@ -282,7 +341,14 @@ class AgentProcess:
         return self.disconnected.is_set() or self.exited.is_set() or self.killed
 
     def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        """`sig` to the agent's process group. In the sandbox that is the group of bwrap's init, which the agent
+        is in, so its handler runs (to bwrap, a SIGTERM would end the sandbox and the agent with SIGKILL);
+        SIGKILL, the last step, goes to bwrap's too, which ends the whole sandbox. Before bwrap's init has a
+        group (the sandbox is being set up) every signal goes to bwrap."""
         self.killed = True
+        inside = self.sandbox is not None and self.process.returncode is None and self.sandbox.signal(sig)
+        if inside and sig != signal.SIGKILL:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, sig)
 
@@ -307,7 +373,24 @@ class AgentProcess:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        left = {"processes_ended": ended} if ended else {}
+        if self._stdout_pipe is not None:  # ours, not the subprocess's: closed here, at EOF or not
+            self._stdout_pipe.close()
+        left: dict[str, Any] = {"processes_ended": ended} if ended else {}
+        if self.beside is not None:  # bwrap's, where it differs from the agent's own
+            left["sandbox_status"] = self.beside
+        if self.sandbox is not None:
+            self.sandbox.close()
         self.transcript.record(RecordType.AGENT_EXIT, pid=self.pid, status=status, stderr_bytes=self.stderr_bytes,
                                on_eof=on_eof, grace_s=grace, **left)  # fmt: skip
         return status
+
+
+async def _streams(stdin: int, stdout: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.ReadTransport]:
+    """asyncio streams over the kernel's ends of the agent's pipes, as `create_subprocess_exec` makes them."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
+    # each transport owns its file (and closes it with itself): no `with` could
+    source, sink = os.fdopen(stdout, "rb", buffering=0), os.fdopen(stdin, "wb", buffering=0)
+    read_pipe, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), source)
+    write_pipe, protocol = await loop.connect_write_pipe(lambda: asyncio.streams.FlowControlMixin(loop), sink)
+    return asyncio.StreamWriter(write_pipe, protocol, None, loop), reader, read_pipe

@@ -38,7 +38,7 @@ from ..config._config import RuleConfig
 from ._network import Address, host_address, is_local_address, judge_host
 from ._places import DEFAULT_PROTECTED, Places
 from ._rules import Rules, glob_matches
-from ._scripts import SAFE_ENV, SCRIPT_CHARS, SHELL, Scripts
+from ._scripts import ALWAYS_EXPORTED, SAFE_ENV, SCRIPT_CHARS, SHELL, Scripts
 from ._shell import Command
 from ._tool_calls import TOOL_KIND_TO_RULE_KIND, approvals_of, host_tool, judge_tool_call, pick, tool_call_paths
 from ._verdict import Turn, Verdict, refuse, safely
@@ -77,6 +77,7 @@ class Policy:
         protected_globs: Iterable[str] = (),
         protected_files: Iterable[Path] = (),
         masked_reads: bool = False,
+        exported: Iterable[str] = (),
     ) -> None:
         self.rules = tuple(rules)
         self.worktree = Path(os.path.realpath(worktree))
@@ -88,6 +89,14 @@ class Policy:
         # Commands run inside the OS sandbox, where every path a read deny matches is masked: a command that
         # reads a directory whole (`grep -r x .`) cannot reach them, so only what it names is judged.
         self._scripts = Scripts(self._rules, self._places, masked_reads=masked_reads)
+        self._masked_reads = masked_reads
+        self.commands_environment(exported)
+
+    def commands_environment(self, names: Iterable[str]) -> None:
+        """The names of the environment commands start with (the kernel's, for its terminals): a shell
+        variable of one of these set alone (`X=1`, `printf -v X`) reaches every later command, so it must be
+        a harmless one; any other name set alone stays in the shell and needs no rule."""
+        self._scripts.exported = ALWAYS_EXPORTED | frozenset(names)
 
     @property
     def interactive(self) -> bool:
@@ -190,7 +199,7 @@ class Policy:
 
     def judge_tool_call(self, tool_call: Mapping[str, Any]) -> Verdict:
         """Judge a `session/request_permission` by what its tool call would touch."""
-        return safely(judge_tool_call, tool_call, self._rules, self._places, self._judge_execute)
+        return safely(judge_tool_call, tool_call, self._rules, self._places, self._judge_execute, self._masked_reads)
 
     def judge_read(self, path: str, *, approvals: frozenset[tuple[str, str]] = frozenset()) -> Verdict:
         return safely(self._places.judge, "read", [path], approvals)

@@ -18,6 +18,7 @@ from ._rules import Rules, rule_matches
 from ._shell import Command, Unparseable, parse_invocation
 from ._verdict import Verdict, refuse
 from .commands import PathArg, Refused, analyze, names_path
+from .commands._variables import is_special
 
 __all__ = ["SAFE_ENV", "SCRIPT_CHARS", "SHELL", "Scripts", "StepJudge"]
 
@@ -30,6 +31,11 @@ _STANDARD_STREAMS = frozenset({"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/s
 # command runs (LD_PRELOAD, PATH, HOME -> a .gitconfig with core.fsmonitor, BASH_FUNC_git%%, ...).
 # CLAUDECODE=1 is the marker claude-code-acp sets on every command it runs.
 SAFE_ENV = re.compile(r"^(LANG|LANGUAGE|LC_[A-Z_]+|TERM|NO_COLOR|FORCE_COLOR|CI|COLUMNS|LINES|TZ|CLAUDECODE)$")
+#: What bash and the sandbox put in every command's environment besides what the kernel gives it (a test runs
+#: `env` in a real sandboxed terminal and checks each name it prints is here or in what the kernel passes).
+ALWAYS_EXPORTED = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "HOME", "TMPDIR", "PATH", "LOOP_HARNESS_MODEL_CACHE",
+                             "CLAUDE_CODE_TMPDIR", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
+                             "https_proxy", "all_proxy", "NO_PROXY", "no_proxy"})  # fmt: skip
 #: A `terminal/create` command with no args that holds any of these is a shell script, not a program's name.
 SCRIPT_CHARS = frozenset(" \t\n;&|<>()'\"")
 SHELL = shutil.which("bash") or "/bin/sh"
@@ -50,6 +56,8 @@ class Scripts:
         self._rules = rules
         self._places = places
         self._masked_reads = masked_reads
+        #: Names in the environment commands start with: setting one in the shell changes what later ones get.
+        self.exported = ALWAYS_EXPORTED
 
     def judge(
         self,
@@ -129,9 +137,13 @@ class Scripts:
                 if not verdict.allowed:
                     return verdict
                 rule_ids += verdict.rule_ids
-            else:  # only assignments (`LANG=C`): no program runs; the names are judged below
+            else:  # only assignments (`LANG=C`, `X=1`): no program runs; the names are judged below
                 rule_ids.append("builtin:assignment")
-            unsafe = sorted({name for name in facts.environment if not SAFE_ENV.match(name)})
+            if facts.refusal:  # a deny rule had its say first (`xargs rm` is denied by `rm *`)
+                return refuse("unsafe_argument", command=step.text, why=facts.refusal)
+            unsafe = sorted({name for name in facts.environment if not SAFE_ENV.match(name)} | {
+                name for name in facts.shell_variables
+                if not SAFE_ENV.match(name) and (is_special(name) or name in self.exported)})  # fmt: skip
             if unsafe:  # `PATH=docs`, `LD_PRELOAD=x.so ls`, `TAPE=host:f tar -t`: the program is not what ran
                 return refuse("unsafe_env", names=unsafe, command=step.text,
                               why="a variable that can change what a program runs, loads or opens")  # fmt: skip
@@ -169,6 +181,10 @@ class Scripts:
         if not names_path(arg, os.path.lexists(os.path.join(self._places.root, path))):
             return Verdict(True)
         kind = "write" if arg.write else "read"
+        if arg.stored and kind == "read" and arg.text != ".":  # a pathspec of git's: every revision's files there
+            stored = self._places.judge_stored(os.path.normpath(path))
+            if not stored.allowed:
+                return stored
         verdict = self._judge_argument(kind, path, approvals, recursive=arg.recursive, follows=arg.follows_links,
                                        masked=self._masked_reads and not arg.stored)  # fmt: skip
         if verdict.allowed and arg.may_write and kind == "read":

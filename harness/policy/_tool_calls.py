@@ -46,8 +46,13 @@ _HOST_TOOL_TITLE = re.compile(rf"mcp__{re.escape(HOST_SERVER_NAME)}__([a-z_]+)")
 ExecuteJudge = Callable[[str | Sequence[str], Sequence[str] | None, str | None, frozenset[tuple[str, str]]], Verdict]
 
 
-def judge_tool_call(tool_call: Mapping[str, Any], rules: Rules, places: Places, judge_execute: ExecuteJudge) -> Verdict:
-    """`Policy.judge_tool_call`: paths judged by `places`, a command by `judge_execute`, hosts by `rules`."""
+def judge_tool_call(
+    tool_call: Mapping[str, Any], rules: Rules, places: Places, judge_execute: ExecuteJudge, masked_search: bool = False
+) -> Verdict:
+    """`Policy.judge_tool_call`: paths judged by `places`, a command by `judge_execute`, hosts by `rules`.
+    `masked_search`: the agent searches inside the OS sandbox, where what a read deny matches is masked and a
+    hard-linked file is hidden: a search there reaches only what it may read, so only the places it names
+    are judged (the files it finds, the kernel reads through `fs/*` only as the rules allow, one by one)."""
     kind = tool_call.get("kind")
     if kind == "think":
         return Verdict(True, ("builtin:think",), {"kind": "no_permission_needed"})
@@ -62,7 +67,7 @@ def judge_tool_call(tool_call: Mapping[str, Any], rules: Rules, places: Places, 
             paths = ["."]  # Grep/Glob with no path search the session cwd: the worktree
         if not paths:
             return refuse("no_target", why="the request names no path", tool_kind=kind)
-        return places.judge(rule_kind, paths, frozenset())
+        return places.judge(rule_kind, paths, frozenset(), masked=masked_search and kind == "search")
     if rule_kind == "execute":
         command = raw.get("command") or raw.get("cmd")
         if not command:

@@ -17,7 +17,8 @@ command the kernel runs for it start under `bwrap` with a view derived from the 
     protected paths        read-only again on top: `.git` (and a `gitdir:` target), every nested `.git`, what
                            looks like a bare repository, the run's own files, `policy.protected_paths`, paths
                            a write-deny rule matches
-    read-deny matches      masked: an empty file, or an empty read-only directory
+    read-deny matches      masked: an empty file, or an empty read-only directory; so is a hard-linked file
+                           (its other name may be denied: the policy lets the agent read it under neither)
     the masks' ancestors   (bind) inside a writable root, each directory between it and a read-only or masked path is
                            a mount point of its own: a rename of it fails (EBUSY), so no mask or read-only
                            mount can be carried away with its parent
@@ -54,6 +55,7 @@ from ..models._resolve import model_cache_dir
 from ..policy._policy import glob_matches
 from ._overlay import WorktreeOverlay
 from ._seccomp import REFUSED, seccomp_fd, seccomp_program
+from ._status import SandboxStatus
 
 __all__ = ["PROXY_PORT", "Sandbox", "SandboxError", "find_bwrap", "plan_sandbox", "runs_base", "sandbox_unavailable"]
 
@@ -134,6 +136,25 @@ class Sandbox:
             args += mount.args(self.empty_file)
         object.__setattr__(self, "args", tuple(args))
 
+    def wrap_agent(
+        self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], stdin: int, stdout: int
+    ) -> tuple[list[str], dict[str, str], tuple[int, ...], SandboxStatus]:
+        """`wrap` for the agent, keeping its process contract (`_status.py`): `stdin` and `stdout` (the read and
+        the write end the agent gets) reach the agent alone, so bwrap's own stdin and stdout must be /dev/null;
+        the status says where to signal it and how it ended. The descriptors to pass include both ends given."""
+        status_read, status_write = os.pipe2(os.O_CLOEXEC)
+        report_read, report_write = os.pipe2(os.O_CLOEXEC)
+        status = SandboxStatus(status_read, report_read)
+        try:
+            entry = ("--stdio", f"{stdin},{stdout}", "--report", str(report_write))
+            wrapped, inside, fds = self._wrap(argv, cwd=cwd, env=env, tools=True, entry=entry, status=status_write)
+        except BaseException:
+            for fd in (status_write, report_write):
+                os.close(fd)
+            status.close()
+            raise
+        return wrapped, inside, (*fds, stdin, stdout, status_write, report_write), status
+
     def wrap(
         self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], tools: bool = False
     ) -> tuple[list[str], dict[str, str], tuple[int, ...]]:
@@ -142,6 +163,19 @@ class Sandbox:
         exist raises FileNotFoundError here, as starting it outside would, rather than as a bwrap exit
         status. With an overlay, the agent's start makes its layers, and every other command joins the agent's
         sandbox (`_sandbox_enter.py`): only there is the worktree as the agent left it."""
+        return self._wrap(argv, cwd=cwd, env=env, tools=tools)
+
+    def _wrap(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        tools: bool,
+        entry: Sequence[str] = (),
+        status: int | None = None,
+    ) -> tuple[list[str], dict[str, str], tuple[int, ...]]:
+        """`wrap`; `entry`: the bridge's options for the agent; `status`: bwrap's `--json-status-fd`."""
         program = argv[0] if argv else ""
         entering = self.overlay is not None and not tools
         where = self._in_view(cwd) if entering else cwd
@@ -161,8 +195,8 @@ class Sandbox:
             inside.update({name: url for name in _PROXY_VARIABLES})
             for name in ("NO_PROXY", "no_proxy"):  # loopback goes through the proxy too: nothing listens inside
                 inside.pop(name, None)
-        if routes:  # relay the loopback ports inside to the kernel's sockets, then run the command
-            bridge = [sys.executable, "-I", "-S", _BRIDGE, *(f"{port}={path}" for port, path in routes), "--"]
+        if routes or entry:  # relay the loopback ports inside to the kernel's sockets, then run the command
+            bridge = [sys.executable, "-I", "-S", _BRIDGE, *entry, *(f"{port}={path}" for port, path in routes), "--"]
             argv = [*bridge, *argv]
         # the host's sockets as they are now (one bound since the plan is masked too; one gone needs no mask)
         filters = [a for p in _host_sockets(self.sockets_beside, self.sockets_reachable) for a in
@@ -176,6 +210,8 @@ class Sandbox:
             layers, info = self.overlay.mount()
             args[self._overlay_at : self._overlay_at] = layers
             fds += (info,)
+        if status is not None:  # the sandbox's init pid at once, bwrap's exit code at its end
+            filters += ["--json-status-fd", str(status)]
         return [self.bwrap, *args, *filters, "--chdir", cwd, "--", *argv], inside, fds
 
     def _enter(
@@ -492,6 +528,8 @@ def _walk(root: str, rules: Sequence[RuleConfig], protected_globs: Sequence[str]
                 continue  # its target is judged where it lives; a mount on a link would land on the target
             if any(glob_matches(p, relative) for p in read_deny):
                 out.masks.append(Mount("mask-dir" if is_dir else "mask-file", path))
+            elif not is_dir and _hard_linked(path):  # its other name may be denied: the policy reads it under neither
+                out.masks.append(Mount("mask-file", path))
             elif (
                 name.lower() == ".git"
                 or (is_dir and _looks_like_git_dir(path))
@@ -503,6 +541,15 @@ def _walk(root: str, rules: Sequence[RuleConfig], protected_globs: Sequence[str]
             if is_dir:
                 dirs.remove(name)  # covered whole
     return out
+
+
+def _hard_linked(path: str) -> bool:
+    """A regular file with more than one name (a searcher run inside would read it under this one)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
 
 
 def _looks_like_git_dir(directory: str) -> bool:

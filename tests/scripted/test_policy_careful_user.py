@@ -56,7 +56,7 @@ def test_git_that_creates_repositories_or_rewrites_config_is_refused(worktree, c
 @pytest.mark.parametrize(
     "command",
     ["git log -U1", "git log --unified=0", "git log --binary", "git log --remerge-diff", "git whatchanged -1",
-     "git log -1 --stat", "git log --oneline -p"],
+     "git log -1 --stat -p", "git log --oneline -p"],
 )  # fmt: skip
 def test_git_log_that_prints_diffs_reads_the_whole_worktree(worktree, command):
     everything = Policy([RuleConfig.model_validate(r) for r in [*CAREFUL, _git_all()]], worktree)

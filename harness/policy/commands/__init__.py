@@ -30,54 +30,110 @@ import os
 import shlex
 from collections.abc import Sequence
 
-from .._shell import ASSIGNMENT
+from .._shell import ASSIGNMENT, SHELLS
 from ._compilers import COMPILERS, compiler_paths
-from ._facts import CommandFacts, PathArg, Refused, names_path
+from ._facts import CommandFacts, PathArg, Refused, candidate, names_path
 from ._generic import read_program
 from ._git import read_git
 from ._programs import program as record
 from ._pytest import read_pytest
+from ._variables import DECLARES, exported_by, set_by
+from ._wrappers import is_wrapper, unwrap
 
 __all__ = ["CommandFacts", "PathArg", "Refused", "analyze", "names_path"]
 
-#: Builtins whose `NAME=VALUE` arguments set variables for every later command.
-_DECLARES = frozenset({"export", "declare", "typeset", "readonly", "local"})
+#: Builtins that set shell variables or change how later lines run (`_variables.set_by`).
+_SETS_VARIABLES = frozenset({"set", "printf", "read", "mapfile", "readarray", "unset", "getopts", "let", "trap",
+                             "alias", "hash", "enable", "shopt"})  # fmt: skip
+#: Shells a wrapper could start: their script is judged only when the shell is run directly.
+_ANY_SHELL = SHELLS | {"zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "busybox"}
+_MAX_WRAPPERS = 8  # `nice nice ... rm`: deeper than this is refused
 
 
 def analyze(words: Sequence[str]) -> CommandFacts:
     """The facts of one simple command (non-empty `words`, after quote removal). Leading `NAME=VALUE`
     words are assignments, as bash reads them: the program is the word after them, and the names they set
-    are the command's `environment` (`X=1 rm x` runs `rm x`; `PATH=docs` changes what later commands run)."""
+    are the command's `environment` (`X=1 rm x` runs `rm x`; `PATH=docs` alone changes what later commands
+    run). A wrapper (`nice`, `env`, `timeout`, `xargs`, ...) is judged as the command it runs."""
     count = next((i for i, word in enumerate(words) if not ASSIGNMENT.match(word)), len(words))
     names = tuple(ASSIGNMENT.match(word).group(1) for word in words[:count])  # type: ignore[union-attr]
     if count == len(words):  # only assignments: no program runs, no execute rule is needed
-        return CommandFacts("", environment=names)
-    facts = _program(words[count:])
-    if os.path.basename(words[count]) in _DECLARES and words[count] == os.path.basename(words[count]):
-        names += tuple(m.group(1) for m in map(ASSIGNMENT.match, words[count + 1 :]) if m)
-    if not count and not names:
+        return CommandFacts("", shell_variables=names)
+    facts = _command(words[count:], builtins=True, depth=0)
+    if not count:
         return facts
-    aliases = (*facts.aliases, shlex.join(words)) if count else facts.aliases  # `X=1 *` deny patterns see it
-    return dataclasses.replace(facts, aliases=aliases, environment=names)
+    aliases = (*facts.aliases, shlex.join(words))  # `X=1 *` deny patterns see it
+    return dataclasses.replace(facts, aliases=aliases, environment=(*names, *facts.environment))
 
 
-def _program(words: Sequence[str]) -> CommandFacts:
-    facts = _analyze(words)
+def _command(words: Sequence[str], *, builtins: bool, depth: int) -> CommandFacts:
+    """A command from its program on; `builtins`: run by the shell itself (a builtin is what runs), not by
+    a wrapper that execs a program (`nice cd x` runs a program named cd, and moves no shell)."""
+    wrapper = is_wrapper(words[0])
+    if wrapper:
+        return _wrapped(wrapper, words, depth)
+    facts = _program(words, builtins=builtins)
+    program = words[0]
+    if builtins and program in DECLARES:
+        facts = dataclasses.replace(facts, environment=(*facts.environment, *exported_by(program, words[1:])))
+    elif builtins and program in _SETS_VARIABLES:
+        facts = dataclasses.replace(facts, shell_variables=set_by(program, words[1:]))
+    return facts
+
+
+def _wrapped(wrapper: str, words: Sequence[str], depth: int) -> CommandFacts:
+    """What a wrapper runs, judged as if run directly: allow rules match it, deny rules also see the whole
+    command (`nice rm x` is `rm x` to an `rm *` deny, and `nice *` sees it too)."""
+    if depth >= _MAX_WRAPPERS:
+        raise Refused(f"more than {_MAX_WRAPPERS} wrappers around one command")
+    inner = unwrap(wrapper, words)
+    if inner is None:  # it runs nothing: `nice` alone, `env` alone, `command -v x`
+        return CommandFacts(shlex.join(words))
+    if os.path.basename(inner.words[0]) in _ANY_SHELL:
+        raise Refused(f"a shell started through {wrapper} runs a script the policy judges only when the shell is "
+                      "run directly (`bash -c '...'`)")  # fmt: skip
+    facts = _command(inner.words, builtins=not inner.external, depth=depth + 1)
+    aliases = [*facts.aliases, shlex.join(words)]
+    paths = [*facts.paths, *(candidate(f, certain=True) for f in inner.reads)]
+    directory = facts.directory
+    if inner.directory is not None:  # `env -C DIR`: the command runs in DIR (and `git -C` from there)
+        directory = os.path.join(inner.directory, directory) if directory else inner.directory
+        paths.append(PathArg(inner.directory, certain=True, recursive=False, may_write=False))  # as a cwd is
+    refusal = facts.refusal
+    if inner.from_input:  # what xargs adds from its input: deny patterns see the command with arguments
+        aliases.append(f"{facts.match_text} ...")
+        if not record(os.path.basename(inner.words[0])).opens_no_files or is_wrapper(inner.words[0]):
+            refusal = refusal or (f"xargs runs {inner.words[0]} with arguments it reads from its input, which the "
+                                  "policy cannot see")  # fmt: skip
+    return CommandFacts(
+        facts.match_text,
+        tuple(dict.fromkeys(paths)),
+        directory=directory,
+        changes_directory=None if inner.external else facts.changes_directory,
+        aliases=tuple(aliases),
+        environment=(*inner.environment, *inner.unset, *facts.environment),
+        shell_variables=() if inner.external else facts.shell_variables,
+        refusal=refusal,
+    )
+
+
+def _program(words: Sequence[str], *, builtins: bool) -> CommandFacts:
+    facts = _analyze(words, builtins=builtins)
     program = os.path.basename(words[0])
     if program != words[0] and program:
-        plain = _analyze([program, *words[1:]]).match_text
+        plain = _analyze([program, *words[1:]], builtins=False).match_text
         return CommandFacts(facts.match_text, facts.paths, facts.directory, facts.changes_directory, (plain,))
     return facts
 
 
-def _analyze(words: Sequence[str]) -> CommandFacts:
+def _analyze(words: Sequence[str], *, builtins: bool) -> CommandFacts:
     program = os.path.basename(words[0])
     args = list(words[1:])
     if record(program).opens_no_files:
         return CommandFacts(shlex.join(words))  # their arguments are text (`echo done: /`), never opened
-    if program in ("cd", "pushd") and words[0] == program:  # `/usr/bin/cd` is a program: it moves no shell
+    if program in ("cd", "pushd") and words[0] == program and builtins:  # `/usr/bin/cd` moves no shell
         return _cd(words)
-    if program == "popd" and words[0] == program:  # back to a directory the script was already in
+    if program == "popd" and words[0] == program and builtins:  # back to a directory the script was already in
         return CommandFacts(shlex.join(words))
     if program == "git":
         return read_git(words)

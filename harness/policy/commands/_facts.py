@@ -34,6 +34,8 @@ class CommandFacts:
     changes_directory: str | None = None  # `cd DIR` / `pushd DIR`: later commands may run in DIR
     aliases: tuple[str, ...] = ()  # other spellings deny patterns also see (`/bin/rm x` is `rm x` to `rm *`)
     environment: tuple[str, ...] = ()  # variables the command sets for what it runs (`X=1 cmd`, `export X=1`)
+    shell_variables: tuple[str, ...] = ()  # variables it sets in the shell alone (`X=1`, `printf -v X`, `unset X`)
+    refusal: str = ""  # why it cannot run whatever the rules allow, once deny rules have seen it (`xargs rm`)
 
 
 def candidate(text: str, *, write: bool = False, certain: bool = False) -> PathArg:

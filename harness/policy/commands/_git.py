@@ -2,7 +2,8 @@
 push` is `git push` to a `git push*` deny rule) and `git -C DIR` is the directory the command runs in;
 subcommands that create repositories, run programs or serve the repository are refused, as are options
 whose value is a command git runs. A command that prints what files hold (`show`, `diff`, `log -p`, a
-blob id, a pathspec with magic or a glob) is judged as reading the whole worktree from git's store."""
+blob id, a pathspec with magic or a glob) is judged as reading the whole worktree from git's store, unless
+its options print only names and counts (`--stat`) or a pathspec after `--` limits it (`_git_output.py`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 from ._facts import CommandFacts, PathArg, Refused
 from ._generic import read_paths
+from ._git_output import LOG_NAMES_ONLY, prints
 from ._options import ends_with_value_letter, names_option, option_values
 from ._programs import short_options
 
@@ -51,18 +53,6 @@ _GIT_CONTENT = frozenset({"show", "diff", "cat-file", "grep", "archive", "bundle
 _GIT_PATHSPEC_ONLY = frozenset({"add", "rm", "mv", "restore", "clean", "ls-files", "check-ignore", "check-attr",
                                 "update-index"})  # fmt: skip
 _PLAIN = re.compile(r"[^*?\[]*")  # no glob characters
-#: `git log` options that print only commit messages, names and the history's shape (any other may add diffs).
-_GIT_LOG_NAMES_ONLY = frozenset({
-    "--oneline", "--format", "--pretty", "-n", "--max-count", "--skip", "--since", "--after", "--until", "--before",
-    "--author", "--committer", "--grep", "--all-match", "--invert-grep", "-i", "--regexp-ignore-case", "-E", "-F",
-    "--merges", "--no-merges", "--min-parents", "--max-parents", "--first-parent", "--all", "--branches", "--tags",
-    "--remotes", "--glob", "--exclude", "--graph", "--decorate", "--no-decorate", "--abbrev-commit",
-    "--no-abbrev-commit", "--abbrev", "--date", "--reverse", "--topo-order", "--date-order", "--author-date-order",
-    "--name-only", "--name-status", "--follow", "--no-walk", "--left-right", "--cherry-pick", "--boundary",
-    "--simplify-by-decoration", "--full-history", "--ancestry-path", "--color", "--no-color", "--relative-date",
-    "--parents", "--children", "--source", "--use-mailmap", "--no-patch", "-s", "-z", "--count", "-q", "--quiet",
-    "--output",
-})  # fmt: skip
 _GIT_CONFIG_READS = frozenset({"--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list", "-l", "get", "list"})
 _GIT_CONFIG_FLAGS = frozenset({"--show-origin", "--show-scope", "--local", "--null", "-z", "--name-only",
                                "--includes", "--no-includes", "--bool", "--int", "--path"})  # fmt: skip
@@ -114,12 +104,22 @@ def read_git(words: Sequence[str]) -> CommandFacts:
     for arg in rest:
         if ":" in arg[1:] and not arg.startswith("-"):
             paths.append(PathArg(arg.split(":", 1)[1], certain=True, may_write=False))
-    if names_content or _git_shows_contents(sub, rest) or _git_pathspec_reaches_anywhere(sub, rest):
+    printed = prints(sub, rest, icase="--icase-pathspecs" in args[:i])
+    if printed is None:
+        whole = _git_shows_contents(sub, rest) or _git_pathspec_reaches_anywhere(sub, rest)
+    else:  # diff, show, log: by their options (`--stat` prints names, `-- PATH` limits a patch to PATH)
+        whole = printed.pathspecs is None or (not printed.pathspecs and _git_pathspec_reaches_anywhere(sub, rest))
+    if names_content or whole:
         # git shows what its object store holds for any path (a revision, a blob id, a pathspec's magic or
         # glob): it reads the whole worktree, and a read deny anywhere in it applies
         paths.append(PathArg(".", certain=True, may_write=False, stored=True))
     else:  # a path only filters what git prints (names, messages): a read deny below it does not apply
         paths = [p if p.write else PathArg(p.text, p.write, p.certain, False, p.may_write) for p in paths]
+        # what the files at a pathspec held in any revision: read from the store, whole
+        paths += [
+            PathArg(spec, certain=True, may_write=False, stored=True)
+            for spec in (printed.pathspecs if printed else None) or ()
+        ]
     if directory is not None:
         paths.append(PathArg(directory, certain=True))
     return CommandFacts(shlex.join([words[0], *args[i:]]), tuple(dict.fromkeys(paths)), directory=directory)
@@ -156,7 +156,7 @@ def _git_shows_contents(sub: str, rest: Sequence[str]) -> bool:
     if sub in ("commit", "status", "add"):  # -v prints the staged diff; -p shows hunks to choose from
         return any(names_option(a, o) for a in rest for o in ("-v", "--verbose", "-p", "--patch", "--interactive",
                                                                "--dry-run", "-e", "--edit"))  # fmt: skip
-    if sub not in ("log", "whatchanged", "reflog", "shortlog", "show-branch"):
+    if sub not in ("whatchanged", "reflog", "shortlog", "show-branch"):
         return False
     if sub == "whatchanged":
         return True  # it always prints a diff summary
@@ -165,7 +165,7 @@ def _git_shows_contents(sub: str, rest: Sequence[str]) -> bool:
         if "--" in rest
         else [a for a in rest if a.startswith("-")]
     )
-    return not all(re.fullmatch(r"-n?[0-9]+", a) or a.split("=", 1)[0] in _GIT_LOG_NAMES_ONLY for a in options)
+    return not all(re.fullmatch(r"-n?[0-9]+", a) or a.split("=", 1)[0] in LOG_NAMES_ONLY for a in options)
 
 
 def _git_pathspec_reaches_anywhere(sub: str, rest: Sequence[str]) -> bool:

@@ -24,8 +24,20 @@ _CURL_WRITES = ("--output", "--cookie-jar", "--dump-header", "--trace", "--trace
                 "--etag-save", "--hsts", "--alt-svc")  # fmt: skip
 
 
+#: curl's long options named above: curl takes an exact name first, and an abbreviation only when no other
+#: option starts with it (`--output` is --output, never --output-dir; `--out` is refused by curl as ambiguous).
+_CURL_EXACT = frozenset(o for o in (*_CURL_REFUSED, *_CURL_WRITES) if o.startswith("--"))
+
+
+def _curl_sets(arg: str, option: str) -> bool:
+    name = arg.split("=", 1)[0]
+    if name in _CURL_EXACT and arg.startswith("--"):
+        return name == option
+    return names_option(arg, option)
+
+
 def _curl(args: Sequence[str]) -> list[PathArg]:
-    refused = next((o for o in _CURL_REFUSED if any(names_option(a, o) for a in args)), None)
+    refused = next((o for o in _CURL_REFUSED if any(_curl_sets(a, o) for a in args)), None)
     if refused is not None:
         raise Refused(f"curl {refused} writes where the server decides or reads its options from a file")
     return option_values(args, dict.fromkeys(_CURL_WRITES, True))
