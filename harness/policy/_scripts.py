@@ -150,6 +150,11 @@ class Scripts:
             places = cwds if facts.directory is None else self._places.places_from(cwds, facts.directory)
             if places is None:
                 return refuse("outside_worktree", path=facts.directory, why="git -C names a place outside")
+            for place in places if facts.directory is not None else ():  # `git -C DIR`, `env -C DIR`: a cwd there
+                verdict = self._judge_argument("read", place, approvals)
+                if not verdict.allowed:
+                    return replace(verdict, reason={**verdict.reason, "command": step.text})
+                rule_ids += verdict.rule_ids
             for place in places:
                 nested = self._places.nested_repository(place)
                 if nested is not None:

@@ -47,7 +47,7 @@ ExecuteJudge = Callable[[str | Sequence[str], Sequence[str] | None, str | None, 
 
 
 def judge_tool_call(
-    tool_call: Mapping[str, Any], rules: Rules, places: Places, judge_execute: ExecuteJudge, masked_search: bool = False
+    tool_call: Mapping[str, Any], rules: Rules, places: Places, judge_execute: ExecuteJudge, masked_search: bool
 ) -> Verdict:
     """`Policy.judge_tool_call`: paths judged by `places`, a command by `judge_execute`, hosts by `rules`.
     `masked_search`: the agent searches inside the OS sandbox, where what a read deny matches is masked and a

@@ -180,8 +180,12 @@ def test_each_wrapper_really_runs_the_command_the_policy_judged(tmp_path, comman
 def test_xargs_runs_a_command_with_arguments_no_one_can_see_so_only_a_deny_or_a_refusal_answers(worktree):
     policy = policy_of(worktree, OPEN)
     assert refused(policy.judge_execute(["bash", "-c", "echo src/a.txt | xargs rm"]), "denied").rule_ids == ("no-rm",)
-    why = refused(policy.judge_execute(["xargs", "cat"]), "unsafe_argument").reason["why"]
-    assert why == "xargs runs cat with arguments it reads from its input, which the policy cannot see"
+    reason = refused(policy.judge_execute(["xargs", "cat"]), "unsafe_argument").reason
+    assert reason == {
+        "kind": "unsafe_argument",
+        "command": "xargs cat",
+        "why": "xargs runs cat with arguments it reads from its input, which the policy cannot see",
+    }
     expect(policy.judge_execute(["xargs", "echo"]), "allowed")  # echo opens nothing, whatever it is given
     assert refused(policy.judge_execute(["xargs", "-a", "src/pkg/secrets/k", "echo"]), "denied").rule_ids == (
         "no-secrets-read",

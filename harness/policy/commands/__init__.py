@@ -75,7 +75,7 @@ def _command(words: Sequence[str], *, builtins: bool, depth: int) -> CommandFact
     facts = _program(words, builtins=builtins)
     program = words[0]
     if builtins and program in DECLARES:
-        facts = dataclasses.replace(facts, environment=(*facts.environment, *exported_by(program, words[1:])))
+        facts = dataclasses.replace(facts, environment=(*facts.environment, *exported_by(words[1:])))
     elif builtins and program in _SETS_VARIABLES:
         facts = dataclasses.replace(facts, shell_variables=set_by(program, words[1:]))
     return facts
@@ -98,7 +98,6 @@ def _wrapped(wrapper: str, words: Sequence[str], depth: int) -> CommandFacts:
     directory = facts.directory
     if inner.directory is not None:  # `env -C DIR`: the command runs in DIR (and `git -C` from there)
         directory = os.path.join(inner.directory, directory) if directory else inner.directory
-        paths.append(PathArg(inner.directory, certain=True, recursive=False, may_write=False))  # as a cwd is
     refusal = facts.refusal
     if inner.from_input:  # what xargs adds from its input: deny patterns see the command with arguments
         aliases.append(f"{facts.match_text} ...")
@@ -122,7 +121,7 @@ def _program(words: Sequence[str], *, builtins: bool) -> CommandFacts:
     program = os.path.basename(words[0])
     if program != words[0] and program:
         plain = _analyze([program, *words[1:]], builtins=False).match_text
-        return CommandFacts(facts.match_text, facts.paths, facts.directory, facts.changes_directory, (plain,))
+        return CommandFacts(facts.match_text, facts.paths, facts.directory, aliases=(plain,))  # a path: no builtin
     return facts
 
 

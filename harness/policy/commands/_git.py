@@ -120,8 +120,6 @@ def read_git(words: Sequence[str]) -> CommandFacts:
             PathArg(spec, certain=True, may_write=False, stored=True)
             for spec in (printed.pathspecs if printed else None) or ()
         ]
-    if directory is not None:
-        paths.append(PathArg(directory, certain=True))
     return CommandFacts(shlex.join([words[0], *args[i:]]), tuple(dict.fromkeys(paths)), directory=directory)
 
 

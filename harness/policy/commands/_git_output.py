@@ -74,7 +74,7 @@ def prints(sub: str, rest: Sequence[str], *, icase: bool) -> Printed | None:
     split = list(rest).index("--") if "--" in rest else len(rest)
     before, pathspecs = list(rest[:split]), list(rest[split + 1 :])
     options = [a for a in before if a.startswith("-")]
-    revisions = [a for a in before if not a.startswith("-") and not (sub == "log" and a.isdigit())]
+    revisions = [a for a in before if not a.startswith("-")]  # read for show and diff, which walk no history
     log_like = sub in ("log", "show")
     if sub == "show" and not _commits(revisions):
         return ANYTHING  # a tag or a name may be a blob, which show prints whole

@@ -51,10 +51,9 @@ def is_special(name: str) -> bool:
     return _SPECIAL.fullmatch(name) is not None
 
 
-def exported_by(program: str, args: Sequence[str]) -> tuple[str, ...]:
-    """The names `export`/`declare`/... may put in the environment (every name it is given: `declare X` then
-    `declare -x X` needs both), for one of `DECLARES`."""
-    del program
+def exported_by(args: Sequence[str]) -> tuple[str, ...]:
+    """The names `export`/`declare`/... (one of `DECLARES`) may put in the environment: every name it is given
+    (`declare X` then `declare -x X` needs both)."""
     return tuple(m.group(0) for m in map(_NAME.match, args) if m)  # an option (`-x`, `+x`) is no name
 
 

@@ -61,11 +61,10 @@ _XARGS_GLUED = "eil"
 
 @dataclass(frozen=True)
 class Unwrapped:
-    """What a wrapper runs: its command's words, the options it was given, where it runs it (`env -C`),
+    """What a wrapper runs: its command's words, where it runs it (`env -C`),
     the variables it sets for it, and whether that command takes more arguments from its input (`xargs`)."""
 
     words: tuple[str, ...]
-    options: tuple[tuple[str, str], ...]
     directory: str | None = None
     environment: tuple[str, ...] = ()
     unset: tuple[str, ...] = ()
@@ -106,7 +105,7 @@ def unwrap(program: str, words: Sequence[str]) -> Unwrapped | None:
     directory = next((v for o, v in options if o in ("-C", "--chdir")), None)
     unset = tuple(v for o, v in options if o in ("-u", "--unset"))
     reads = tuple(v for o, v in options if o in ("-a", "--arg-file"))
-    return Unwrapped(tuple(rest), tuple(options), directory, tuple(environment), unset,
+    return Unwrapped(tuple(rest), directory, tuple(environment), unset,
                      from_input=program == "xargs", reads=reads, external=grammar.external)  # fmt: skip
 
 
