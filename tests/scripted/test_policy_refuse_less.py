@@ -283,3 +283,14 @@ def test_each_spelling_really_sets_the_name_it_is_judged_by(script):
     probe = f"PATH=/before; {script} <<< 'x y' 2>/dev/null; echo \"[$PATH]\""
     done = subprocess.run(["/bin/bash", "-c", probe], capture_output=True, text=True, timeout=30)
     assert "[/before]" not in done.stdout, (script, done.stdout, done.stderr)
+
+
+def test_a_directory_a_command_runs_in_is_judged_where_it_is_as_a_cwd(worktree):
+    """`git -C DIR` and `env -C DIR` run the command in DIR: DIR is judged as a cwd is (a command runs where it
+    could `ls`), relative to where the script is, and the refusal names the command."""
+    policy = policy_of(worktree, CAREFUL_GIT)
+    for command in ("git -C src/secret status", "env -C src/secret ls", "cd src && git -C secret status"):
+        verdict = refused(policy.judge_execute(["bash", "-c", command]), "denied")
+        assert verdict.reason == {"kind": "denied", "rule_id": "no-secret-read", "target": "src/secret",
+                                  "command": command.split(" && ")[-1]}, verdict  # fmt: skip
+    expect(policy.judge_execute(["bash", "-c", "git -C docs -C .. status"]), "allowed")  # `git status` in `.`

@@ -108,10 +108,10 @@ def _wrapped(wrapper: str, words: Sequence[str], depth: int) -> CommandFacts:
         facts.match_text,
         tuple(dict.fromkeys(paths)),
         directory=directory,
-        changes_directory=None if inner.external else facts.changes_directory,
+        changes_directory=facts.changes_directory,  # only a builtin moves the shell (`builtins` above)
         aliases=tuple(aliases),
         environment=(*inner.environment, *inner.unset, *facts.environment),
-        shell_variables=() if inner.external else facts.shell_variables,
+        shell_variables=facts.shell_variables,
         refusal=refusal,
     )
 
