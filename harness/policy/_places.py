@@ -15,7 +15,7 @@ from .._paths import real_path
 from ._rules import Rules, glob_matches, holds, may_hold, may_name_a_child
 from ._verdict import Verdict, refuse, safely
 
-__all__ = ["DEFAULT_PROTECTED", "Places"]
+__all__ = ["DEFAULT_PROTECTED", "Places", "hard_linked"]
 
 #: Written by no agent, whatever the rules say (relative to the worktree): all of `.git`, which
 #: covers its config, refs, packed-refs, hooks and modules, and a linked worktree's gitfile.
@@ -126,7 +126,7 @@ class Places:
                 return refuse("outside_worktree", path=path, resolved=real)
             if kind == "write" and self.is_protected(rel):
                 return Verdict(False, ("protected",), {"kind": "protected_path", "path": rel})
-            if _hard_linked(real):
+            if hard_linked(real):
                 why = "a file with another name may be outside the worktree, protected or denied"
                 return refuse("hard_link", path=rel, why=why)
             relative.append(rel)
@@ -177,7 +177,7 @@ class Places:
                 entry = f"{top}/{name}"[len(self.root.rstrip("/")) + 1 :]
                 if kind == "write" and self.is_protected(entry):
                     return Verdict(False, ("protected",), {"kind": "protected_path", "path": entry, "in": relative}), []
-                if name in files and _hard_linked(f"{top}/{name}"):  # `cp -r x/. docs` writes through it too
+                if name in files and hard_linked(f"{top}/{name}"):  # `cp -r x/. docs` writes through it too
                     why = "a file beneath has another name that may be outside the worktree, protected or denied"
                     return refuse("hard_link", path=entry, why=why), []
                 found.append(entry)
@@ -199,7 +199,7 @@ class Places:
             seen.update(os.path.realpath(f"{top}/{d}") for d in dirs)
             for name in (*dirs, *files):
                 entry = f"{top}/{name}"
-                if name in files and _hard_linked(entry):
+                if name in files and hard_linked(entry):
                     why = "a file beneath has another name that may be outside the worktree, protected or denied"
                     return refuse("hard_link", path=entry[len(self.root.rstrip("/")) + 1 :], why=why), []
                 if not os.path.islink(entry) and top == os.path.realpath(top):
@@ -257,14 +257,16 @@ def _inside(path: str, directory: str) -> bool:
     return path.startswith(directory.rstrip("/") + "/")
 
 
-def _hard_linked(real: str) -> bool:
+def _looks_like_git_dir(directory: str) -> bool:
+    """What git's discovery takes for a bare repository: HEAD beside objects/ and refs/."""
+    return all(os.path.lexists(os.path.join(directory, name)) for name in ("HEAD", "objects", "refs"))
+
+
+def hard_linked(real: str) -> bool:
+    """A regular file with more than one name (not followed if a link): its other name may be outside, protected
+    or denied. The sandbox masks these too."""
     try:
         st = os.lstat(real)
     except OSError:
         return False
     return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
-
-
-def _looks_like_git_dir(directory: str) -> bool:
-    """What git's discovery takes for a bare repository: HEAD beside objects/ and refs/."""
-    return all(os.path.lexists(os.path.join(directory, name)) for name in ("HEAD", "objects", "refs"))

@@ -52,6 +52,7 @@ from typing import Literal
 from .._paths import overlaps, within
 from ..config._config import RuleConfig, SandboxConfig
 from ..models._resolve import model_cache_dir
+from ..policy._places import hard_linked
 from ..policy._policy import glob_matches
 from ._overlay import WorktreeOverlay
 from ._seccomp import REFUSED, seccomp_fd, seccomp_program
@@ -528,7 +529,7 @@ def _walk(root: str, rules: Sequence[RuleConfig], protected_globs: Sequence[str]
                 continue  # its target is judged where it lives; a mount on a link would land on the target
             if any(glob_matches(p, relative) for p in read_deny):
                 out.masks.append(Mount("mask-dir" if is_dir else "mask-file", path))
-            elif not is_dir and _hard_linked(path):  # its other name may be denied: the policy reads it under neither
+            elif not is_dir and hard_linked(path):  # its other name may be denied: the policy reads it under neither
                 out.masks.append(Mount("mask-file", path))
             elif (
                 name.lower() == ".git"
@@ -541,15 +542,6 @@ def _walk(root: str, rules: Sequence[RuleConfig], protected_globs: Sequence[str]
             if is_dir:
                 dirs.remove(name)  # covered whole
     return out
-
-
-def _hard_linked(path: str) -> bool:
-    """A regular file with more than one name (a searcher run inside would read it under this one)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
 
 
 def _looks_like_git_dir(directory: str) -> bool:
