@@ -323,17 +323,20 @@ def test_a_cancel_mid_stream_closes_the_http_request(fake_chat, run_loop, tmp_pa
     assert [a["result"]["stopReason"] for a in answered(result, "session/prompt")] == ["cancelled"]
 
 
-def _free_port() -> int:
+@pytest.fixture(name="dead_port")
+def dead_port_fixture():
+    """A port bound and never listened on, for the whole test: a connection to it is refused, and no other test
+    can take it meanwhile (a port freed again could be bound by a server of another test's)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize("sandbox", [None, "off"])
-def test_a_server_that_is_down_fails_the_run_with_the_cause(run_loop, tmp_path, sandbox):
+def test_a_server_that_is_down_fails_the_run_with_the_cause(run_loop, tmp_path, sandbox, dead_port):
     """Nothing listens on the port. Direct (sandbox off) the agent's connection is refused; under the sandbox the
     kernel's proxy is refused it and answers 400, which the agent reports with the proxy's words."""
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"http://127.0.0.1:{dead_port}/v1"
 
     started = time.monotonic()
     result = run_loop(endpoint_config(tmp_path, url, sandbox=sandbox))
